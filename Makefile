@@ -1,0 +1,64 @@
+# flint: build, generate, test, bench, lint.
+GO      ?= go
+CLANG   ?= clang-19
+BIN     := bin/flint
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build run deps check generate test test-short bench lint fuzz clean
+
+all: build
+
+# flint's main job (until the agent lands): profile the whole machine.
+run: build
+	$(BIN) record -a -d 10s -o flint.svg
+
+# What the tests and `make generate` need on a fresh Debian machine (root).
+DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev
+deps:
+	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
+	fi
+	$(GO) mod download
+
+# Install what the tests need, then run them all.
+check: deps test
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
+
+# Regenerate vmlinux.h and the bpf2go objects (needs clang-19, bpftool,
+# libbpf-dev). The results are committed so `go build` needs no clang.
+generate:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
+	$(GO) generate ./internal/sampler/
+
+# Every test; those that load BPF need root and skip with the reason otherwise.
+test:
+	$(GO) test -count=1 ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# The whole-machine comparison with bcc profile and perf (root; see
+# docs/BENCHMARKS.md), then the Go micro-benchmarks.
+bench: build
+	bench/record.sh
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	clang-format-19 --dry-run --Werror bpf/*.c bpf/*.h
+
+# Each fuzz target for a while (FUZZTIME=1m by default).
+FUZZTIME ?= 1m
+fuzz:
+	@for pkg in ./internal/symbol ./internal/proc; do \
+		for t in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: GPL-2.0
+// flint's CPU sampler: a perf_event program run by a cpu-clock timer on every
+// CPU. It records who ran (process, thread) and their user and kernel stacks,
+// and hands them to user space in one of two ways chosen at load time:
+//   - in-kernel aggregation: stacks deduplicated by a 64-bit hash in `stacks`,
+//     sample counts in `counts`, both drained with batch lookup-and-delete;
+//   - ring buffer: one record per sample in `samples`, aggregated in user space.
+// docs/BENCHMARKS.md has the measured cost of each.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+#include "profile.h"
+
+// Load-time options, set by the loader before the verifier sees the program.
+const volatile __u32 target_tgid = 0;	   // 0: every process
+const volatile bool kernel_stacks = true;  // false: --no-kernel
+const volatile bool use_ringbuf = false;   // false: in-kernel aggregation
+
+// Every distinct stack, keyed by its hash. The loader sizes max_entries from
+// the expected number of samples; a full map is counted in STAT_STACKS_FULL.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stack_trace);
+} stacks SEC(".maps");
+
+// Samples per (process, thread, stacks). Sized like `stacks`.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sample_key);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+// One record per sample in ring buffer mode; size set by the loader.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} samples SEC(".maps");
+
+// Processes seen so far: tgid -> generation. A process's first sample (and
+// its first after exec) gets a new generation and a new_proc, so user space
+// reads its mappings while it lives and never names an old image's samples
+// with the new image. 32768 processes alive at once before LRU eviction, which
+// only costs a second notification.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, __u32);
+} known_procs SEC(".maps");
+
+// New-process notifications; 64 KiB holds 8192 events between reads.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} proc_events SEC(".maps");
+
+// Per-CPU counters of samples taken and lost, indexed by enum sampler_stat.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+// Per-CPU scratch space: stacks are too large for the 512-byte BPF stack.
+struct scratch {
+	struct stack_trace user;
+	struct stack_trace kernel;
+	struct sample_event event;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+__u32 generation = 0;
+
+// Force BTF for the types user space decodes.
+const struct sample_event *unused_sample_event __attribute__((unused));
+const struct new_proc *unused_new_proc __attribute__((unused));
+const enum sampler_stat *unused_sampler_stat __attribute__((unused));
+
+static __always_inline void count(enum sampler_stat s)
+{
+	__u32 key = s;
+	__u64 *v = bpf_map_lookup_elem(&stats, &key);
+	if (v)
+		*v += 1; // per-CPU value: no other writer
+}
+
+// proc_generation returns the generation of tgid, announcing the process to
+// user space the first time it is seen.
+static __always_inline __u32 proc_generation(__u32 tgid)
+{
+	__u32 *gen = bpf_map_lookup_elem(&known_procs, &tgid);
+	if (gen)
+		return *gen;
+
+	__u32 g = __sync_fetch_and_add(&generation, 1) + 1;
+	if (bpf_map_update_elem(&known_procs, &tgid, &g, BPF_NOEXIST) != 0) {
+		// Another CPU announced it first: use its generation.
+		gen = bpf_map_lookup_elem(&known_procs, &tgid);
+		return gen ? *gen : g;
+	}
+	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
+	if (!e) {
+		count(STAT_PROC_EVENTS_LOST);
+		return g;
+	}
+	e->pid = tgid;
+	e->generation = g;
+	bpf_ringbuf_submit(e, 0);
+	return g;
+}
+
+// hash_stack mixes the used part of a stack into 64 bits; 0 means no stack.
+static __always_inline __u64 hash_stack(const struct stack_trace *s)
+{
+	__u64 h = 0x9e3779b97f4a7c15ULL ^ s->len;
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= s->len)
+			break;
+		h = (h ^ s->ips[i]) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	return h ? h : 1;
+}
+
+// get_stack fills s and returns its hash, or 0 when there is no stack (a
+// kernel thread has no user stack; user code has no kernel stack).
+static __always_inline __u64 get_stack(struct bpf_perf_event_data *ctx, struct stack_trace *s,
+				       __u64 flags, enum sampler_stat err)
+{
+	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+	if (n < 0) {
+		if (n != -EFAULT)
+			count(err);
+		s->len = 0;
+		return 0;
+	}
+	s->len = n / sizeof(__u64);
+	if (s->len == 0)
+		return 0;
+	return hash_stack(s);
+}
+
+static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
+{
+	if (!hash)
+		return 0;
+	long err = bpf_map_update_elem(&stacks, &hash, s, BPF_NOEXIST);
+	if (err && err != -EEXIST)
+		count(STAT_STACKS_FULL);
+	return hash;
+}
+
+static __always_inline void aggregate(struct sample_key *key)
+{
+	__u64 *n = bpf_map_lookup_elem(&counts, key);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	__u64 one = 1;
+	long err = bpf_map_update_elem(&counts, key, &one, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		n = bpf_map_lookup_elem(&counts, key);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	} else if (err) {
+		count(STAT_COUNTS_FULL);
+	}
+}
+
+static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
+				 __u32 tgid)
+{
+	long n = bpf_get_stack(ctx, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+	if (n < 0) {
+		if (n != -EFAULT)
+			count(STAT_USER_STACK_ERR);
+		n = 0;
+	}
+	__u32 user_len = n / sizeof(__u64);
+	e->user_len = user_len;
+	e->kernel_len = 0;
+	if (kernel_stacks && user_len <= MAX_STACK_DEPTH) {
+		n = bpf_get_stack(ctx, &e->ips[user_len], MAX_STACK_DEPTH * sizeof(__u64), 0);
+		if (n < 0) {
+			if (n != -EFAULT)
+				count(STAT_KERNEL_STACK_ERR);
+			n = 0;
+		}
+		e->kernel_len = n / sizeof(__u64);
+	}
+	__u64 size = offsetof(struct sample_event, ips) +
+		     (__u64)(e->user_len + e->kernel_len) * sizeof(__u64);
+	if (size > sizeof(*e))
+		return;
+	// Wake the reader only once a batch has piled up; it also polls.
+	__u64 flags = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > RINGBUF_WAKEUP_BYTES
+			      ? BPF_RB_FORCE_WAKEUP
+			      : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&samples, e, size, flags) != 0)
+		count(STAT_RINGBUF_FULL);
+}
+
+SEC("perf_event")
+int sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+
+	if (target_tgid && tgid != target_tgid)
+		return 0;
+	count(STAT_SAMPLES);
+	if (tgid == 0)
+		return 0; // the idle task: not CPU anyone used
+
+	__u32 zero = 0;
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return 0;
+
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 gen = proc_generation(tgid);
+
+	if (use_ringbuf) {
+		struct sample_event *e = &sc->event;
+		e->pid = tgid;
+		e->tid = tid;
+		e->generation = gen;
+		BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
+		bpf_get_current_comm(&e->thread, sizeof(e->thread));
+		emit(ctx, e, tgid);
+		return 0;
+	}
+
+	struct sample_key key = {};
+	key.pid = tgid;
+	key.tid = tid;
+	key.generation = gen;
+	BPF_CORE_READ_STR_INTO(&key.comm, task, group_leader, comm);
+	bpf_get_current_comm(&key.thread, sizeof(key.thread));
+	key.user_stack =
+		store_stack(&sc->user, get_stack(ctx, &sc->user, BPF_F_USER_STACK, STAT_USER_STACK_ERR));
+	if (kernel_stacks)
+		key.kernel_stack =
+			store_stack(&sc->kernel, get_stack(ctx, &sc->kernel, 0, STAT_KERNEL_STACK_ERR));
+	aggregate(&key);
+	return 0;
+}
+
+// A process that execs becomes a new image: forget it so its next sample
+// announces it again with a new generation.
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	bpf_map_delete_elem(&known_procs, &tgid);
+	return 0;
+}
+
+// A reused PID must not inherit the previous owner's generation.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 pid = BPF_CORE_READ(child, pid);
+	bpf_map_delete_elem(&known_procs, &pid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

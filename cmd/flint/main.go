@@ -1,0 +1,63 @@
+// Command flint is an eBPF CPU profiler and performance doctor for Linux
+// services.
+//
+//	sudo flint record -p 4242 -d 10s -o cpu.svg
+//	sudo flint record -a -d 30s -F 99 -o node.pb.gz
+//	sudo flint record --container 3f2a -o c.folded
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+const usage = `flint: an eBPF CPU profiler for Linux services
+
+Usage:
+  flint record [-p PID | -a | --container ID] [-d 10s] [-F 99] [-o out.svg]
+  flint version
+
+Run 'flint COMMAND -h' for a command's flags.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "flint: "+err.Error())
+		}
+		code := 1
+		var u usageError
+		if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+			code = 2
+		}
+		os.Exit(code)
+	}
+}
+
+// usageError is a mistake on the command line (exit status 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return usageError{errors.New("no command given")}
+	}
+	switch args[0] {
+	case "record":
+		return record(args[1:])
+	case "version", "--version":
+		fmt.Println("flint", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return usageError{fmt.Errorf("unknown command %q (run 'flint help')", args[0])}
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flint-dev/flint/internal/collect"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
+)
+
+// RecordConfig is what `flint record` was asked to do.
+type RecordConfig struct {
+	PID       int
+	All       bool
+	Container string
+	Duration  time.Duration
+	Frequency int
+	Output    string // "-" for stdout
+	Format    profile.Format
+	NoKernel  bool
+	Transfer  sampler.Transfer
+}
+
+// maxFrequency bounds -F: beyond it the timer handler would take a large
+// share of each CPU.
+const maxFrequency = 10000
+
+// maxDuration bounds -d; the agent is for longer.
+const maxDuration = 24 * time.Hour
+
+// Validate checks the config and fills the format from the output name.
+func (c *RecordConfig) Validate() error {
+	targets := 0
+	for _, set := range []bool{c.PID != 0, c.All, c.Container != ""} {
+		if set {
+			targets++
+		}
+	}
+	switch {
+	case targets == 0:
+		return errors.New("say what to record: -p PID, -a (every process) or --container ID")
+	case targets > 1:
+		return errors.New("-p, -a and --container exclude each other")
+	case c.PID < 0:
+		return fmt.Errorf("-p %d: not a PID", c.PID)
+	case c.Frequency <= 0 || c.Frequency > maxFrequency:
+		return fmt.Errorf("-F %d: frequency must be between 1 and %d Hz", c.Frequency, maxFrequency)
+	case c.Duration <= 0 || c.Duration > maxDuration:
+		return fmt.Errorf("-d %s: duration must be between 1ms and %s", c.Duration, maxDuration)
+	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
+		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
+	}
+	if c.Container != "" && strings.Trim(strings.ToLower(c.Container), "0123456789abcdef") != "" {
+		return fmt.Errorf("--container %q: a container ID is hexadecimal", c.Container)
+	}
+	c.Container = strings.ToLower(c.Container)
+	if c.Format == "" {
+		if c.Output == "-" {
+			c.Format = profile.FormatFolded
+		} else {
+			f, err := profile.FormatOf(c.Output)
+			if err != nil {
+				return err
+			}
+			c.Format = f
+		}
+	}
+	return nil
+}
+
+// durationFlag accepts Go durations ("10s", "1m30s") or plain seconds.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		*f.d = time.Duration(n * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want e.g. 10s, 2m, 1h)", s)
+	}
+	*f.d = d
+	return nil
+}
+
+type formatFlag struct{ f *profile.Format }
+
+func (f formatFlag) String() string {
+	if f.f == nil {
+		return ""
+	}
+	return string(*f.f)
+}
+
+func (f formatFlag) Set(s string) error {
+	v, err := profile.ParseFormat(s)
+	*f.f = v
+	return err
+}
+
+func parseRecord(args []string) (*RecordConfig, error) {
+	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.Aggregate}
+	fs := flag.NewFlagSet("record", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	for _, name := range []string{"p", "pid"} {
+		fs.IntVar(&c.PID, name, 0, "record the process with this `PID` (all its threads)")
+	}
+	for _, name := range []string{"a", "all"} {
+		fs.BoolVar(&c.All, name, false, "record every process on the machine")
+	}
+	fs.StringVar(&c.Container, "container", "", "record the processes of the container whose `ID` starts with this")
+	for _, name := range []string{"d", "duration"} {
+		fs.Var(durationFlag{&c.Duration}, name, "stop after this `duration` (Ctrl-C stops early; output is still written)")
+	}
+	for _, name := range []string{"F", "frequency"} {
+		fs.IntVar(&c.Frequency, name, c.Frequency, "samples per second per CPU (`Hz`)")
+	}
+	for _, name := range []string{"o", "output"} {
+		fs.StringVar(&c.Output, name, c.Output, "output `file`; its extension picks the format (.svg .html .pb.gz .pprof .folded .json); - for stdout")
+	}
+	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
+	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")
+	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate (in-kernel maps) or ringbuf (for benchmarks)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+type transferFlag struct{ t *sampler.Transfer }
+
+func (f transferFlag) String() string {
+	if f.t == nil {
+		return ""
+	}
+	return string(*f.t)
+}
+
+func (f transferFlag) Set(s string) error { *f.t = sampler.Transfer(s); return nil }
+
+func record(args []string) error {
+	c, err := parseRecord(args)
+	if err != nil {
+		return err
+	}
+	if err := sampler.CheckPrivileges(); err != nil {
+		return err
+	}
+	out, err := createOutput(c.Output)
+	if err != nil {
+		return err
+	}
+	defer out.abort()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	live := isTerminal(os.Stderr)
+	res, err := collect.Record(ctx, collect.RecordOptions{
+		Frequency:    c.Frequency,
+		Duration:     c.Duration,
+		PID:          c.PID,
+		Container:    c.Container,
+		KernelStacks: !c.NoKernel,
+		Transfer:     c.Transfer,
+		Progress: func(p collect.Progress) {
+			if live {
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", progressLine(p))
+			}
+		},
+	})
+	if live {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+	if err != nil {
+		return err
+	}
+	if err := profile.Write(out, res.Profile, c.Format, title(c)); err != nil {
+		return fmt.Errorf("write %s: %w", c.Output, err)
+	}
+	if err := out.commit(); err != nil {
+		return err
+	}
+	p := res.Profile
+	fmt.Fprintf(os.Stderr, "flint: %d samples of %d processes in %s written to %s (%s)\n",
+		p.Total(), processes(p), p.Duration.Round(time.Millisecond), c.Output, c.Format)
+	for _, w := range res.Warnings {
+		fmt.Fprintln(os.Stderr, "flint: warning: "+w)
+	}
+	return nil
+}
+
+func progressLine(p collect.Progress) string {
+	s := fmt.Sprintf("recording %s/%s: %d samples, %d processes",
+		p.Elapsed.Round(time.Second), p.Duration, p.Samples, p.Processes)
+	if p.Dropped > 0 || p.StacksLost > 0 {
+		s += fmt.Sprintf(", %d dropped, %d stacks lost", p.Dropped, p.StacksLost)
+	}
+	return s
+}
+
+func title(c *RecordConfig) string {
+	switch {
+	case c.PID != 0:
+		return fmt.Sprintf("CPU: pid %d", c.PID)
+	case c.Container != "":
+		return "CPU: container " + c.Container
+	}
+	return "CPU: all processes"
+}
+
+func processes(p *profile.Profile) int {
+	pids := map[string]bool{}
+	for _, s := range p.Samples {
+		pids[s.Labels[profile.LabelPID]] = true
+	}
+	return len(pids)
+}
+
+// output is where a profile goes: stdout, or a temporary file beside the
+// destination renamed into place once complete, so a failed or interrupted
+// run never leaves half a file. It is created before recording so an
+// unwritable destination fails at once, not after the recording.
+type output struct {
+	io.Writer
+	tmp  *os.File
+	dest string
+}
+
+func createOutput(path string) (*output, error) {
+	if path == "-" {
+		return &output{Writer: os.Stdout}, nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("output %s is a directory", path)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("cannot write output %s: %w", path, errors.Unwrap(err))
+	}
+	return &output{Writer: tmp, tmp: tmp, dest: path}, nil
+}
+
+func (o *output) commit() error {
+	if o.tmp == nil {
+		return nil
+	}
+	if err := o.tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", o.dest, err)
+	}
+	if err := os.Chmod(o.tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", o.dest, err)
+	}
+	if err := os.Rename(o.tmp.Name(), o.dest); err != nil {
+		return fmt.Errorf("write %s: %w", o.dest, err)
+	}
+	o.tmp = nil
+	return nil
+}
+
+func (o *output) abort() {
+	if o.tmp != nil {
+		o.tmp.Close()
+		os.Remove(o.tmp.Name())
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,181 @@
+package collect
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// RecordOptions configure a one-shot recording.
+type RecordOptions struct {
+	Frequency int           // samples per second per CPU
+	Duration  time.Duration // until then, or until ctx ends
+	PID       int           // one process; 0 for all
+	// Container keeps only processes whose container ID starts with it.
+	Container    string
+	KernelStacks bool
+	Transfer     sampler.Transfer
+	// Progress, if set, is called about once a second.
+	Progress func(Progress)
+}
+
+// Progress is the state of a running recording.
+type Progress struct {
+	Elapsed, Duration time.Duration
+	Samples           uint64 // taken by the kernel so far
+	Processes         int
+	Dropped           uint64 // lost entirely
+	StacksLost        uint64 // counted, frames unknown
+}
+
+// Result is a finished recording.
+type Result struct {
+	Profile *profile.Profile
+	Stats   sampler.Stats
+	Naming  symbol.Stats
+	// Warnings say what could not be done fully, one line each.
+	Warnings []string
+}
+
+// Record samples for the given duration, or until ctx is done, and returns
+// the named profile. Stopping early still returns what was taken.
+func Record(ctx context.Context, o RecordOptions) (*Result, error) {
+	if o.PID != 0 {
+		if _, err := proc.Read(o.PID); err != nil {
+			return nil, err
+		}
+	}
+	if o.Container != "" {
+		if err := containerRunning(o.Container); err != nil {
+			return nil, err
+		}
+	}
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym)
+	s, err := sampler.Start(sampler.Options{
+		Frequency:    o.Frequency,
+		PID:          o.PID,
+		KernelStacks: o.KernelStacks,
+		Transfer:     o.Transfer,
+		MaxStacks:    stackCapacity(o.Frequency, o.Duration),
+		OnNewProc:    c.NewProc,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+
+	start := time.Now()
+	timer := time.NewTimer(o.Duration)
+	defer timer.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	report := func() {
+		if o.Progress == nil {
+			return
+		}
+		st, _ := s.Stats()
+		o.Progress(Progress{Elapsed: time.Since(start), Duration: o.Duration, Samples: st.Samples,
+			Processes: c.Processes(), Dropped: st.Dropped(), StacksLost: st.StacksFull})
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-timer.C:
+			break loop
+		case <-tick.C:
+			if o.Transfer == sampler.RingBuffer {
+				// The ring holds a few seconds: drain it as we go.
+				samples, err := s.Drain()
+				if err != nil {
+					return nil, err
+				}
+				c.Add(samples)
+			}
+			report()
+		}
+	}
+	s.Stop()
+	elapsed := time.Since(start)
+	report()
+	samples, err := s.Drain()
+	if err != nil {
+		return nil, err
+	}
+	c.Add(samples)
+	st, err := s.Stats()
+	if err != nil {
+		return nil, err
+	}
+	var keep Filter
+	if o.Container != "" {
+		keep = func(p *proc.Process) bool { return p != nil && strings.HasPrefix(p.Container, o.Container) }
+	}
+	period := time.Second / time.Duration(o.Frequency)
+	res := &Result{Profile: c.Profile(start, elapsed, period, keep), Stats: st}
+	res.Naming = sym.Stats()
+	res.Warnings = warnings(st, sym, o.KernelStacks)
+	return res, nil
+}
+
+// stackCapacity sizes the kernel's stack maps for one sample per expected
+// tick on every CPU (distinct stacks cannot outnumber samples), within
+// [2048, 65536] entries (~1 KiB each).
+func stackCapacity(freq int, d time.Duration) int {
+	n := int(float64(freq) * d.Seconds() * float64(runtime.NumCPU()))
+	return min(max(n, 2048), 65536)
+}
+
+func warnings(st sampler.Stats, sym *symbol.Symbolizer, kernel bool) []string {
+	var w []string
+	add := func(n uint64, what string) {
+		if n > 0 {
+			w = append(w, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(st.CountsFull, "samples dropped: sample map full")
+	add(st.RingBufFull, "samples dropped: ring buffer full")
+	add(st.StacksFull, "stacks lost: stack map full (samples kept as [stack lost])")
+	add(st.UserStackErrors, "user stacks unreadable")
+	add(st.KernelStackErrors, "kernel stacks unreadable")
+	add(st.ProcEventsLost, "new-process notifications lost: some processes may be unnamed")
+	if err := sym.KernelError(); err != nil && kernel {
+		w = append(w, "kernel frames unnamed: "+err.Error())
+	}
+	return w
+}
+
+// containerRunning checks that some process runs in a container whose ID
+// starts with prefix.
+func containerRunning(prefix string) error {
+	entries, err := os.ReadDir(proc.Root)
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(fmt.Sprintf("%s/%d/cgroup", proc.Root, pid))
+		if err != nil {
+			continue
+		}
+		if id, _ := proc.ParseContainer(string(cg)); strings.HasPrefix(id, prefix) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no running container with ID %s…", prefix)
+}

@@ -1,0 +1,220 @@
+// Package proc tells who a process is: its name, executable, start time,
+// cgroup (container, pod) and executable mappings, with handles on the
+// mapped files taken while the process lives, so that a process that exits,
+// lives in another mount namespace, or whose binary was deleted can still be
+// named afterwards.
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ErrNoProcess reports a PID with no living process.
+var ErrNoProcess = errors.New("no such process")
+
+// Process is a snapshot of one process image.
+type Process struct {
+	PID int
+	// NSPID is the PID inside the process's own PID namespace, which names
+	// its JIT map /tmp/perf-NSPID.map.
+	NSPID int
+	// StartTime is when the process started, in clock ticks after boot; with
+	// PID it identifies a process across PID reuse.
+	StartTime uint64
+	Comm      string
+	Exe       string // path of the executable as the process sees it
+	Cgroup    string // cgroup path, preferring the unified (v2) hierarchy
+	Container string // container ID from the cgroup path, "" if none
+	Pod       string // Kubernetes pod UID from the cgroup path, "" if none
+	// Mappings are the executable mappings, sorted by address.
+	Mappings []Mapping
+}
+
+// Mapping is one executable memory mapping.
+type Mapping struct {
+	Start, End, Offset uint64
+	Dev, Inode         uint64
+	// Path is the mapped file as the process sees it, or a kernel name such
+	// as "[vdso]"; "" for anonymous memory (JIT code).
+	Path string
+	// Deleted is set when the file was removed after mapping.
+	Deleted bool
+}
+
+// FileKey identifies a mapped file by device and inode.
+type FileKey struct{ Dev, Inode uint64 }
+
+// Key returns the mapped file's identity; zero for anonymous mappings.
+func (m *Mapping) Key() FileKey { return FileKey{m.Dev, m.Inode} }
+
+// Find returns the mapping containing addr, or nil.
+func (p *Process) Find(addr uint64) *Mapping {
+	lo, hi := 0, len(p.Mappings)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		switch m := &p.Mappings[mid]; {
+		case addr < m.Start:
+			hi = mid
+		case addr >= m.End:
+			lo = mid + 1
+		default:
+			return m
+		}
+	}
+	return nil
+}
+
+// Root is the /proc directory flint reads; tests point it elsewhere.
+var Root = "/proc"
+
+// Read snapshots the process pid.
+func Read(pid int) (*Process, error) {
+	dir := fmt.Sprintf("%s/%d", Root, pid)
+	p := &Process{PID: pid, NSPID: pid}
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscallESRCH) {
+			return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		}
+		return nil, fmt.Errorf("read pid %d: %w", pid, err)
+	}
+	if p.Comm, p.StartTime, err = parseStat(stat); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	maps, err := os.ReadFile(dir + "/maps")
+	if err != nil {
+		return nil, fmt.Errorf("read pid %d mappings: %w", pid, err)
+	}
+	p.Mappings = ParseMaps(maps)
+	// The rest is best effort: a kernel thread has no exe, a process may
+	// be gone by now.
+	p.Exe, _ = os.Readlink(dir + "/exe")
+	p.Exe = strings.TrimSuffix(p.Exe, " (deleted)")
+	if status, err := os.ReadFile(dir + "/status"); err == nil {
+		p.NSPID = parseNSPID(status, pid)
+	}
+	if cg, err := os.ReadFile(dir + "/cgroup"); err == nil {
+		p.Cgroup = parseCgroup(cg)
+		p.Container, p.Pod = ParseContainer(string(cg))
+	}
+	return p, nil
+}
+
+// parseStat reads comm and start time from /proc/PID/stat. comm is in
+// parentheses and may itself contain ") ", so fields are counted from the
+// last ')'.
+func parseStat(b []byte) (comm string, start uint64, err error) {
+	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || close < open {
+		return "", 0, errors.New("malformed stat")
+	}
+	comm = string(b[open+1 : close])
+	fields := strings.Fields(string(b[close+1:]))
+	// Field 22 (starttime) is the 20th after comm.
+	if len(fields) < 20 {
+		return "", 0, errors.New("malformed stat: too few fields")
+	}
+	start, err = strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("malformed stat start time: %w", err)
+	}
+	return comm, start, nil
+}
+
+func parseNSPID(status []byte, pid int) int {
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return pid
+}
+
+// parseCgroup picks the unified hierarchy's path if the process has one
+// beyond the root, else the first v1 hierarchy with a non-root path.
+func parseCgroup(b []byte) string {
+	var v1 string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		_, rest, _ := strings.Cut(sc.Text(), ":")
+		controllers, path, _ := strings.Cut(rest, ":")
+		if controllers == "" && path != "/" {
+			return path
+		}
+		if v1 == "" && path != "/" && path != "" {
+			v1 = path
+		}
+	}
+	if v1 == "" {
+		return "/"
+	}
+	return v1
+}
+
+// ParseMaps parses /proc/PID/maps, keeping executable mappings.
+func ParseMaps(b []byte) []Mapping {
+	var out []Mapping
+	for line := range strings.Lines(string(b)) {
+		// start-end perms offset dev inode [path]
+		f := strings.SplitN(strings.TrimRight(line, "\n"), " ", 6)
+		if len(f) < 5 || len(f[1]) < 3 || f[1][2] != 'x' {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		var m Mapping
+		var err1, err2, err3, err4 error
+		m.Start, err1 = strconv.ParseUint(lo, 16, 64)
+		m.End, err2 = strconv.ParseUint(hi, 16, 64)
+		m.Offset, err3 = strconv.ParseUint(f[2], 16, 64)
+		m.Inode, err4 = strconv.ParseUint(f[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || m.End <= m.Start {
+			continue
+		}
+		if major, minor, ok := strings.Cut(f[3], ":"); ok {
+			ma, _ := strconv.ParseUint(major, 16, 64)
+			mi, _ := strconv.ParseUint(minor, 16, 64)
+			m.Dev = ma<<20 | mi
+		}
+		if len(f) == 6 {
+			m.Path = strings.TrimLeft(f[5], " ")
+			if p, ok := strings.CutSuffix(m.Path, " (deleted)"); ok {
+				m.Path, m.Deleted = p, true
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Open opens the file behind mapping m of process pid: through
+// /proc/PID/map_files, which works for deleted files and other mount
+// namespaces, else through /proc/PID/root.
+func Open(pid int, m *Mapping) (*os.File, error) {
+	f, err := os.Open(fmt.Sprintf("%s/%d/map_files/%x-%x", Root, pid, m.Start, m.End))
+	if err == nil {
+		return f, nil
+	}
+	if m.Path == "" || m.Path[0] != '/' {
+		return nil, err
+	}
+	f, err2 := os.Open(fmt.Sprintf("%s/%d/root%s", Root, pid, m.Path))
+	if err2 != nil {
+		return nil, fmt.Errorf("open %s of pid %d: %w", m.Path, pid, errors.Join(err, err2))
+	}
+	return f, nil
+}

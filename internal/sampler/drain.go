@@ -1,0 +1,182 @@
+package sampler
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// drainBatch is how many entries one batch syscall moves.
+const drainBatch = 1024
+
+// Drain returns the samples taken since the last Drain, aggregated by
+// process image, thread and stacks. Call it at least every second in
+// ring buffer mode so the ring does not overflow.
+func (s *Sampler) Drain() ([]Sample, error) {
+	if s.opts.Transfer == RingBuffer {
+		return s.drainRing()
+	}
+	return s.drainMaps()
+}
+
+func (s *Sampler) drainMaps() ([]Sample, error) {
+	var out []Sample
+	keys := make([]profileSampleKey, drainBatch)
+	vals := make([]uint64, drainBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := s.objs.Counts.BatchLookupAndDelete(&cursor, keys, vals, nil)
+		for i := range n {
+			out = append(out, s.sampleFromKey(&keys[i], vals[i]))
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("drain sample counts: %w", err)
+		}
+	}
+}
+
+func (s *Sampler) sampleFromKey(k *profileSampleKey, count uint64) Sample {
+	smp := Sample{
+		PID: k.Pid, TID: k.Tid, Generation: k.Generation,
+		Comm: cString(k.Comm[:]), Thread: cString(k.Thread[:]),
+		Count: count,
+	}
+	var lostU, lostK bool
+	smp.User, lostU = s.stack(k.UserStack)
+	smp.Kernel, lostK = s.stack(k.KernelStack)
+	smp.StackLost = lostU || lostK
+	return smp
+}
+
+// stack returns the stack with the given hash, reading it from the kernel
+// the first time; lost reports a hash whose stack the kernel could not keep.
+func (s *Sampler) stack(hash uint64) (ips []uint64, lost bool) {
+	if hash == 0 {
+		return nil, false
+	}
+	if ips, ok := s.stacks[hash]; ok {
+		return ips, false
+	}
+	var st profileStackTrace
+	if err := s.objs.Stacks.Lookup(hash, &st); err != nil {
+		return nil, true
+	}
+	ips = append([]uint64(nil), st.Ips[:min(int(st.Len), MaxStackDepth)]...)
+	s.stacks[hash] = ips
+	return ips, false
+}
+
+// ringKey identifies samples to aggregate in ring buffer mode.
+type ringKey struct {
+	pid, tid, generation uint32
+	comm, thread         [16]int8
+	user, kernel         uint64 // stack hashes
+}
+
+func (s *Sampler) drainRing() ([]Sample, error) {
+	counts := map[ringKey]uint64{}
+	s.samples.SetDeadline(time.Now()) // read what is there, do not wait
+	var rec ringbuf.Record
+	var ev profileSampleEvent
+	for {
+		err := s.samples.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read sample ring buffer: %w", err)
+		}
+		if !decodeEvent(rec.RawSample, &ev) {
+			continue
+		}
+		user := ev.Ips[:ev.UserLen]
+		kernel := ev.Ips[ev.UserLen : ev.UserLen+ev.KernelLen]
+		k := ringKey{
+			pid: ev.Pid, tid: ev.Tid, generation: ev.Generation,
+			comm: ev.Comm, thread: ev.Thread,
+			user: s.intern(user), kernel: s.intern(kernel),
+		}
+		counts[k]++
+	}
+	out := make([]Sample, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, Sample{
+			PID: k.pid, TID: k.tid, Generation: k.generation,
+			Comm: cString(k.comm[:]), Thread: cString(k.thread[:]),
+			User: s.stacks[k.user], Kernel: s.stacks[k.kernel],
+			Count: n,
+		})
+	}
+	return out, nil
+}
+
+// decodeEvent decodes a variable-length sample record into ev.
+func decodeEvent(raw []byte, ev *profileSampleEvent) bool {
+	header := int(unsafe.Offsetof(ev.Ips))
+	if len(raw) < header {
+		return false
+	}
+	ev.Pid = binary.NativeEndian.Uint32(raw[0:])
+	ev.Tid = binary.NativeEndian.Uint32(raw[4:])
+	ev.Generation = binary.NativeEndian.Uint32(raw[8:])
+	ev.UserLen = binary.NativeEndian.Uint16(raw[12:])
+	ev.KernelLen = binary.NativeEndian.Uint16(raw[14:])
+	for i := range 16 {
+		ev.Comm[i] = int8(raw[16+i])
+		ev.Thread[i] = int8(raw[32+i])
+	}
+	n := int(ev.UserLen) + int(ev.KernelLen)
+	if n > len(ev.Ips) || len(raw) < header+8*n {
+		return false
+	}
+	for i := range n {
+		ev.Ips[i] = binary.NativeEndian.Uint64(raw[header+8*i:])
+	}
+	return true
+}
+
+// intern stores a stack under its hash and returns the hash; 0 for none.
+func (s *Sampler) intern(ips []uint64) uint64 {
+	if len(ips) == 0 {
+		return 0
+	}
+	h := hashStack(ips)
+	if _, ok := s.stacks[h]; !ok {
+		s.stacks[h] = append([]uint64(nil), ips...)
+	}
+	return h
+}
+
+// hashStack mixes a stack into 64 bits, as the BPF program does.
+func hashStack(ips []uint64) uint64 {
+	h := 0x9e3779b97f4a7c15 ^ uint64(len(ips))
+	for _, ip := range ips {
+		h = (h ^ ip) * 0xff51afd7ed558ccd
+		h ^= h >> 32
+	}
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+func cString(b []int8) string {
+	raw := make([]byte, len(b))
+	for i, c := range b {
+		raw[i] = byte(c)
+	}
+	if i := bytes.IndexByte(raw, 0); i >= 0 {
+		raw = raw[:i]
+	}
+	return string(raw)
+}

@@ -1,0 +1,356 @@
+// Package sampler runs flint's CPU sampling BPF program: it loads it, attaches
+// it to a cpu-clock perf event on every CPU, announces each new process so its
+// mappings can be read while it lives, and drains aggregated stacks.
+//
+// Usage:
+//
+//	s, err := sampler.Start(sampler.Options{Frequency: 99, KernelStacks: true, OnNewProc: learn})
+//	...
+//	s.Stop()             // sampling ends
+//	samples, err := s.Drain()
+//	s.Close()
+package sampler
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// MaxStackDepth is the deepest stack recorded, the kernel's default
+// perf_event_max_stack.
+const MaxStackDepth = 127
+
+// Transfer is how samples move from the kernel to flint.
+type Transfer string
+
+// Transfers; docs/BENCHMARKS.md compares their cost.
+const (
+	// Aggregate counts samples per distinct stack in BPF hash maps,
+	// drained with batch lookup-and-delete.
+	Aggregate Transfer = "aggregate"
+	// RingBuffer sends one record per sample through a BPF ring buffer and
+	// counts in user space.
+	RingBuffer Transfer = "ringbuf"
+)
+
+// Sentinel errors callers branch on.
+var (
+	ErrNoPermission = errors.New("need CAP_BPF and CAP_PERFMON (run as root)")
+	ErrNotSupported = errors.New("kernel lacks BPF perf_event support (needs Linux 5.15+ with BTF)")
+)
+
+// Options configure a Sampler.
+type Options struct {
+	// Frequency is samples per second per CPU.
+	Frequency int
+	// PID restricts sampling to one process (thread group); 0 samples all.
+	PID int
+	// KernelStacks records kernel frames too.
+	KernelStacks bool
+	// Transfer picks the kernel-to-user path; zero means Aggregate.
+	Transfer Transfer
+	// MaxStacks bounds distinct stacks (and distinct sample keys) held in
+	// the kernel between drains; zero means 16384. Each costs ~1 KiB of
+	// kernel memory, allocated at load.
+	MaxStacks int
+	// OnNewProc is called, from a goroutine of the sampler, the first time
+	// a process (or a process image, after exec) is sampled; generation
+	// tells images of one PID apart. It should read what it needs from
+	// /proc quickly: the process may be short-lived.
+	OnNewProc func(pid, generation uint32)
+}
+
+// Sample is one distinct (process image, thread, stacks) and how often it
+// was seen.
+type Sample struct {
+	PID, TID   uint32
+	Generation uint32
+	Comm       string   // process name
+	Thread     string   // thread name
+	User       []uint64 // user stack, leaf first
+	Kernel     []uint64 // kernel stack, leaf first
+	// StackLost is set when the sample's stack did not fit in the kernel's
+	// stack map: the sample counts, its frames are unknown.
+	StackLost bool
+	Count     uint64
+}
+
+// Stats are per-CPU counters kept by the BPF program.
+type Stats struct {
+	Samples, UserStackErrors, KernelStackErrors uint64
+	StacksFull, CountsFull, RingBufFull         uint64
+	ProcEventsLost                              uint64
+	PerCPU                                      [][]uint64 // [cpu][stat]
+}
+
+// Dropped is the number of samples lost entirely.
+func (s Stats) Dropped() uint64 { return s.CountsFull + s.RingBufFull }
+
+// Sampler samples stacks on every CPU.
+type Sampler struct {
+	opts    Options
+	objs    profileObjects
+	events  []int // perf event fds, one per CPU
+	links   []link.Link
+	tps     []link.Link
+	procs   *ringbuf.Reader
+	samples *ringbuf.Reader
+	wg      sync.WaitGroup
+
+	// stacks caches stacks read from the kernel by hash, so each distinct
+	// stack crosses once.
+	stacks map[uint64][]uint64
+}
+
+// Start loads the BPF program and starts sampling on every online CPU.
+func Start(opts Options) (*Sampler, error) {
+	if opts.Transfer == "" {
+		opts.Transfer = Aggregate
+	}
+	if opts.MaxStacks == 0 {
+		opts.MaxStacks = 16384
+	}
+	if opts.Frequency <= 0 {
+		return nil, fmt.Errorf("frequency %d Hz: must be positive", opts.Frequency)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, classify(fmt.Errorf("remove memlock limit: %w", err))
+	}
+	spec, err := loadProfile()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF object: %w", err)
+	}
+	consts := map[string]any{
+		"target_tgid":   uint32(opts.PID),
+		"kernel_stacks": opts.KernelStacks,
+		"use_ringbuf":   opts.Transfer == RingBuffer,
+	}
+	for name, v := range consts {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	if opts.Transfer == RingBuffer {
+		// The hash maps are unused: keep them tiny.
+		spec.Maps["stacks"].MaxEntries = 1
+		spec.Maps["counts"].MaxEntries = 1
+		spec.Maps["samples"].MaxEntries = ringSize(opts.Frequency, runtime.NumCPU())
+	} else {
+		spec.Maps["stacks"].MaxEntries = uint32(opts.MaxStacks)
+		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
+		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
+	}
+	s := &Sampler{opts: opts, stacks: map[uint64][]uint64{}}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, classify(fmt.Errorf("load BPF program: %w", err))
+	}
+	if err := s.start(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ringSize holds 4 s of samples (callers drain every second) from every CPU
+// at ~512 bytes a sample, within [256 KiB, 64 MiB] (a power of two). Pages of
+// the ring count in flint's RSS once written, so it is no larger.
+func ringSize(freq, cpus int) uint32 {
+	want := uint64(freq) * uint64(cpus) * 4 * 512
+	size := uint32(256 << 10)
+	for uint64(size) < want && size < 64<<20 {
+		size <<= 1
+	}
+	return size
+}
+
+func (s *Sampler) start() error {
+	var err error
+	if s.procs, err = ringbuf.NewReader(s.objs.ProcEvents); err != nil {
+		return fmt.Errorf("open process events: %w", err)
+	}
+	s.wg.Add(1)
+	go s.readProcs()
+	if s.opts.Transfer == RingBuffer {
+		if s.samples, err = ringbuf.NewReader(s.objs.Samples); err != nil {
+			return fmt.Errorf("open sample ring buffer: %w", err)
+		}
+	}
+	for _, tp := range []*ebpf.Program{s.objs.OnExec, s.objs.OnFork} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: tp})
+		if err != nil {
+			return classify(fmt.Errorf("attach %s: %w", tp, err))
+		}
+		s.tps = append(s.tps, l)
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return err
+	}
+	for _, cpu := range cpus {
+		if err := s.attach(cpu); err != nil {
+			return err
+		}
+	}
+	for _, fd := range s.events {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("enable perf event: %w", err)
+		}
+	}
+	return nil
+}
+
+// attach opens a cpu-clock event on cpu firing Frequency times a second of
+// CPU time and runs the program on each firing.
+func (s *Sampler) attach(cpu int) error {
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		// A fixed period in ns is exact for a clock and skips the
+		// kernel's frequency re-estimation.
+		Sample: uint64(time.Second) / uint64(s.opts.Frequency),
+		Bits:   unix.PerfBitDisabled,
+	}
+	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return classify(fmt.Errorf("open perf event on cpu %d: %w", cpu, err))
+	}
+	s.events = append(s.events, fd)
+	l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: s.objs.Sample, Attach: ebpf.AttachPerfEvent})
+	if err != nil {
+		return classify(fmt.Errorf("attach perf event on cpu %d: %w", cpu, err))
+	}
+	s.links = append(s.links, l)
+	return nil
+}
+
+func (s *Sampler) readProcs() {
+	defer s.wg.Done()
+	var rec ringbuf.Record
+	for {
+		if err := s.procs.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			continue
+		}
+		var ev profileNewProc
+		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &ev); err != nil {
+			continue
+		}
+		if s.opts.OnNewProc != nil {
+			s.opts.OnNewProc(ev.Pid, ev.Generation)
+		}
+	}
+}
+
+// Stop stops sampling; samples taken so far stay available to Drain.
+// Safe to call twice.
+func (s *Sampler) Stop() {
+	for _, fd := range s.events {
+		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	}
+}
+
+// Close detaches and releases everything; safe to call twice.
+func (s *Sampler) Close() error {
+	s.Stop()
+	for _, l := range append(s.links, s.tps...) {
+		l.Close()
+	}
+	s.links, s.tps = nil, nil
+	for _, fd := range s.events {
+		unix.Close(fd)
+	}
+	s.events = nil
+	for _, r := range []*ringbuf.Reader{s.procs, s.samples} {
+		if r != nil {
+			r.Close()
+		}
+	}
+	s.wg.Wait()
+	s.procs, s.samples = nil, nil
+	return s.objs.Close()
+}
+
+// Stats reads the BPF program's counters.
+func (s *Sampler) Stats() (Stats, error) {
+	var st Stats
+	for i := range uint32(profileSamplerStatSTAT_MAX) {
+		var perCPU []uint64
+		if err := s.objs.Stats.Lookup(i, &perCPU); err != nil {
+			return st, fmt.Errorf("read stats: %w", err)
+		}
+		for cpu, v := range perCPU {
+			for len(st.PerCPU) <= cpu {
+				st.PerCPU = append(st.PerCPU, make([]uint64, profileSamplerStatSTAT_MAX))
+			}
+			st.PerCPU[cpu][i] = v
+		}
+	}
+	for _, c := range st.PerCPU {
+		st.Samples += c[profileSamplerStatSTAT_SAMPLES]
+		st.UserStackErrors += c[profileSamplerStatSTAT_USER_STACK_ERR]
+		st.KernelStackErrors += c[profileSamplerStatSTAT_KERNEL_STACK_ERR]
+		st.StacksFull += c[profileSamplerStatSTAT_STACKS_FULL]
+		st.CountsFull += c[profileSamplerStatSTAT_COUNTS_FULL]
+		st.RingBufFull += c[profileSamplerStatSTAT_RINGBUF_FULL]
+		st.ProcEventsLost += c[profileSamplerStatSTAT_PROC_EVENTS_LOST]
+	}
+	return st, nil
+}
+
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("list online cpus: %w", err)
+	}
+	return parseCPUList(strings.TrimSpace(string(b)))
+}
+
+// parseCPUList parses the kernel's CPU list format, e.g. "0-3,6".
+func parseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("parse cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("parse cpu list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// classify maps permission and support failures to sentinel errors.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("%w: %v", ErrNoPermission, err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	return err
+}

@@ -1,0 +1,117 @@
+package sampler
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestParseCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{in: "0", want: []int{0}},
+		{in: "0-3", want: []int{0, 1, 2, 3}},
+		{in: "0-1,4,6-7", want: []int{0, 1, 4, 6, 7}},
+		{in: "3-1", bad: true},
+		{in: "x", bad: true},
+	} {
+		got, err := parseCPUList(tc.in)
+		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %v, bad=%v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestDecodeEventRejectsShortRecords(t *testing.T) {
+	var ev profileSampleEvent
+	if decodeEvent(make([]byte, 10), &ev) {
+		t.Error("decoded a 10-byte record")
+	}
+	raw := make([]byte, 48)
+	raw[12] = 5 // user_len 5 but no ips follow
+	if decodeEvent(raw, &ev) {
+		t.Error("decoded a record whose stack runs past its end")
+	}
+}
+
+// requireBPF skips tests that need to load BPF programs when not root.
+func requireBPF(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF programs; CI runs it as root")
+	}
+}
+
+// TestSamplerSeesBusyProcess samples the whole machine while this process
+// spins, with each transfer, and checks this process's samples and stacks.
+func TestSamplerSeesBusyProcess(t *testing.T) {
+	requireBPF(t)
+	for _, transfer := range []Transfer{Aggregate, RingBuffer} {
+		t.Run(string(transfer), func(t *testing.T) {
+			self := uint32(os.Getpid())
+			announced := make(chan uint32, 1024)
+			s, err := Start(Options{Frequency: 997, KernelStacks: true, Transfer: transfer,
+				OnNewProc: func(pid, gen uint32) { announced <- pid }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			spin(500 * time.Millisecond)
+			s.Stop()
+			samples, err := s.Drain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mine, withUser uint64
+			for _, smp := range samples {
+				if smp.PID == self {
+					mine += smp.Count
+					if len(smp.User) > 0 {
+						withUser += smp.Count
+					}
+				}
+			}
+			// 0.5 s of one busy CPU at 997 Hz is ~500 samples.
+			if mine < 250 {
+				t.Errorf("%d samples of this process, want ≥ 250", mine)
+			}
+			if withUser < mine*9/10 {
+				t.Errorf("%d of %d samples have a user stack", withUser, mine)
+			}
+			st, err := s.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Samples < mine || st.Dropped() > 0 {
+				t.Errorf("stats %+v: want ≥ %d samples and no drops", st, mine)
+			}
+			if !slices.Contains(drainChan(announced), self) {
+				t.Error("this process was never announced")
+			}
+		})
+	}
+}
+
+func drainChan(c chan uint32) []uint32 {
+	var out []uint32
+	for {
+		select {
+		case v := <-c:
+			out = append(out, v)
+		default:
+			return out
+		}
+	}
+}
+
+//go:noinline
+func spin(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for i := 0; i < 10000; i++ {
+		}
+	}
+}

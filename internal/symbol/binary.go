@@ -1,0 +1,69 @@
+package symbol
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Binary is the naming data of one executable or shared library, parsed
+// once and shared by every process that maps it.
+type Binary struct {
+	BuildID  string
+	segments []segment
+	tables   []Table // tried in order: Go's pclntab, then ELF symbols
+}
+
+// segment is a PT_LOAD program header: file bytes [off, off+size) are
+// mapped at virtual address vaddr.
+type segment struct{ off, vaddr, size uint64 }
+
+// OpenBinary parses the ELF file r. The tables may read r lazily, so r must
+// stay open as long as the Binary is used.
+func OpenBinary(r io.ReaderAt) (*Binary, error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("read ELF: %w", err)
+	}
+	b := &Binary{BuildID: BuildID(f)}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
+			b.segments = append(b.segments, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz})
+		}
+	}
+	goTable, err := OpenGo(f)
+	switch {
+	case err == nil:
+		b.tables = append(b.tables, goTable)
+	case !errors.Is(err, ErrNotGo):
+		// A damaged pclntab leaves the ELF symbols to do what they can.
+	}
+	if elfTable, err := NewELFTable(f); err == nil {
+		b.tables = append(b.tables, elfTable)
+	}
+	return b, nil
+}
+
+// Addr converts an offset in the file to the virtual address the binary's
+// program headers give it, which is what symbol tables use. This is how an
+// address in a process (minus mapping start, plus mapping offset) is named
+// whatever the load bias: PIE executables, shared libraries, ASLR.
+func (b *Binary) Addr(fileOffset uint64) (uint64, bool) {
+	for _, s := range b.segments {
+		if fileOffset >= s.off && fileOffset-s.off < s.size {
+			return s.vaddr + (fileOffset - s.off), true
+		}
+	}
+	return 0, false
+}
+
+// Lookup names the virtual address addr; nil when no table covers it.
+func (b *Binary) Lookup(addr uint64) []Frame {
+	for _, t := range b.tables {
+		if frames := t.Lookup(addr); frames != nil {
+			return frames
+		}
+	}
+	return nil
+}

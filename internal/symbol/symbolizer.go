@@ -1,0 +1,317 @@
+package symbol
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/flint-dev/flint/internal/proc"
+)
+
+// Symbolizer names the addresses of many processes. It parses each binary
+// once (keyed by device and inode) and caches names per address.
+// It is safe for concurrent use.
+type Symbolizer struct {
+	mu       sync.Mutex
+	files    map[proc.FileKey]*file
+	names    map[nameKey][]Frame
+	kernel   *KernelTable
+	kernErr  error
+	kernDone bool
+	vdso     *Binary
+	vdsoDone bool
+	perfMaps map[*proc.Process]*PerfMap
+	stats    Stats
+}
+
+// Stats count naming work, for overhead reports.
+type Stats struct {
+	CacheHits, CacheMisses uint64
+	BinariesParsed         int
+	BinaryErrors           int
+}
+
+// file is a mapped file: a handle taken while a process mapped it, parsed
+// on first use.
+type file struct {
+	path   string
+	handle *os.File
+	bin    *Binary
+	err    error
+	parsed bool
+}
+
+type nameKey struct {
+	file proc.FileKey // zero for the kernel
+	addr uint64
+}
+
+// New returns an empty Symbolizer.
+func New() *Symbolizer {
+	return &Symbolizer{
+		files:    map[proc.FileKey]*file{},
+		names:    map[nameKey][]Frame{},
+		perfMaps: map[*proc.Process]*PerfMap{},
+	}
+}
+
+// Learn takes a handle on each file p maps that is not known yet, so it can
+// be named after p exits or the file is deleted. Call it when p is first
+// seen.
+func (s *Symbolizer) Learn(p *proc.Process) {
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if m.Inode == 0 || m.Path == "" || m.Path[0] != '/' {
+			continue
+		}
+		s.mu.Lock()
+		_, known := s.files[m.Key()]
+		s.mu.Unlock()
+		if known {
+			continue
+		}
+		f := &file{path: m.Path}
+		f.handle, f.err = proc.Open(p.PID, m)
+		s.mu.Lock()
+		if _, known := s.files[m.Key()]; !known {
+			s.files[m.Key()] = f
+		} else if f.handle != nil {
+			f.handle.Close()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Stats returns the naming counters.
+func (s *Symbolizer) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// User names addr in process p. A return address (every user frame but
+// the leaf) is named by the call instruction before it. The frames are never
+// empty: an address that cannot be named becomes "module+0xoffset", or
+// "[unknown]" when no module covers it.
+func (s *Symbolizer) User(p *proc.Process, addr uint64, isReturn bool) ([]Frame, *proc.Mapping) {
+	lookup := addr
+	if isReturn && lookup > 0 {
+		lookup--
+	}
+	m := p.Find(lookup)
+	if m == nil {
+		return unknown, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case m.Path == "[vdso]":
+		return s.named(nameKey{file: proc.FileKey{Inode: ^uint64(0)}, addr: lookup - m.Start}, func() []Frame {
+			return s.lookupVDSO(lookup - m.Start)
+		}), m
+	case m.Inode == 0:
+		// Anonymous executable memory: JIT code, named by the perf map
+		// the runtime writes. Not cached: the JIT reuses addresses.
+		if frames := s.perfMap(p).Lookup(lookup); frames != nil {
+			return frames, m
+		}
+		return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), lookup-m.Start)}}, m
+	}
+	fileOffset := lookup - m.Start + m.Offset
+	return s.named(nameKey{file: m.Key(), addr: fileOffset}, func() []Frame {
+		return s.lookupFile(p, m, fileOffset)
+	}), m
+}
+
+var unknown = []Frame{{Function: "[unknown]"}}
+
+func (s *Symbolizer) named(k nameKey, lookup func() []Frame) []Frame {
+	if frames, ok := s.names[k]; ok {
+		s.stats.CacheHits++
+		return frames
+	}
+	s.stats.CacheMisses++
+	frames := lookup()
+	s.names[k] = frames
+	return frames
+}
+
+func (s *Symbolizer) lookupFile(p *proc.Process, m *proc.Mapping, fileOffset uint64) []Frame {
+	if s.files[m.Key()] == nil {
+		// Mapped after the process was first seen (dlopen): open it now.
+		f := &file{path: m.Path}
+		f.handle, f.err = proc.Open(p.PID, m)
+		s.files[m.Key()] = f
+	}
+	addr := fileOffset
+	if bin := s.binary(m.Key()); bin != nil {
+		if a, ok := bin.Addr(fileOffset); ok {
+			addr = a
+			if frames := bin.Lookup(a); frames != nil {
+				return frames
+			}
+		}
+	}
+	return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), addr)}}
+}
+
+// binary returns the parsed binary of a learned file, parsing it on first
+// use; nil when it cannot be read. Callers hold s.mu.
+func (s *Symbolizer) binary(k proc.FileKey) *Binary {
+	f := s.files[k]
+	if f == nil {
+		return nil
+	}
+	if !f.parsed {
+		f.parsed = true
+		if f.err == nil {
+			f.bin, f.err = OpenBinary(f.handle)
+			s.stats.BinariesParsed++
+		}
+		if f.err != nil {
+			s.stats.BinaryErrors++
+		}
+	}
+	return f.bin
+}
+
+// BuildID returns the build ID of a learned file, "" if unknown.
+func (s *Symbolizer) BuildID(k proc.FileKey) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bin := s.binary(k); bin != nil {
+		return bin.BuildID
+	}
+	return ""
+}
+
+// moduleName is the short name of a mapping for unnamed frames.
+func moduleName(m *proc.Mapping) string {
+	if m.Path == "" {
+		return "[anon]"
+	}
+	return filepath.Base(m.Path)
+}
+
+func (s *Symbolizer) lookupVDSO(offset uint64) []Frame {
+	if !s.vdsoDone {
+		s.vdsoDone = true
+		s.vdso, _ = readOwnVDSO()
+	}
+	if s.vdso != nil {
+		if a, ok := s.vdso.Addr(offset); ok {
+			if frames := s.vdso.Lookup(a); frames != nil {
+				return frames
+			}
+		}
+	}
+	return []Frame{{Function: fmt.Sprintf("[vdso]+0x%x", offset)}}
+}
+
+// readOwnVDSO parses flint's own vDSO: the kernel maps the same image into
+// every process.
+func readOwnVDSO() (*Binary, error) {
+	self, err := proc.Read(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range self.Mappings {
+		if m.Path != "[vdso]" {
+			continue
+		}
+		mem, err := os.Open("/proc/self/mem")
+		if err != nil {
+			return nil, fmt.Errorf("read vdso: %w", err)
+		}
+		defer mem.Close()
+		image := make([]byte, m.End-m.Start)
+		if _, err := mem.ReadAt(image, int64(m.Start)); err != nil {
+			return nil, fmt.Errorf("read vdso: %w", err)
+		}
+		return OpenBinary(bytes.NewReader(image))
+	}
+	return nil, fmt.Errorf("no vdso mapped")
+}
+
+// perfMap reads the JIT symbol map of p once; an empty map if it has none.
+func (s *Symbolizer) perfMap(p *proc.Process) *PerfMap {
+	if pm, ok := s.perfMaps[p]; ok {
+		return pm
+	}
+	pm := &PerfMap{}
+	for _, path := range []string{
+		fmt.Sprintf("%s/%d/root/tmp/perf-%d.map", proc.Root, p.PID, p.NSPID),
+		fmt.Sprintf("/tmp/perf-%d.map", p.PID),
+	} {
+		if f, err := os.Open(path); err == nil {
+			read, err := ReadPerfMap(bufio.NewReader(f))
+			f.Close()
+			if err == nil {
+				pm = read
+				break
+			}
+		}
+	}
+	s.perfMaps[p] = pm
+	return pm
+}
+
+// Kernel names a kernel address from /proc/kallsyms; module is "" for the
+// kernel image or the module's name.
+func (s *Symbolizer) Kernel(addr uint64, isReturn bool) (frames []Frame, module string) {
+	if isReturn && addr > 0 {
+		addr--
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.kernDone {
+		s.kernDone = true
+		s.kernel, s.kernErr = loadKallsyms()
+	}
+	if s.kernel != nil {
+		if f, mod, ok := s.kernel.Lookup(addr); ok {
+			k := nameKey{addr: addr}
+			if frames, ok := s.names[k]; ok {
+				s.stats.CacheHits++
+				return frames, mod
+			}
+			s.stats.CacheMisses++
+			frames = []Frame{f}
+			s.names[k] = frames
+			return frames, mod
+		}
+	}
+	return []Frame{{Function: fmt.Sprintf("[kernel]+0x%x", addr)}}, ""
+}
+
+// KernelError reports why kernel frames cannot be named, if they cannot.
+func (s *Symbolizer) KernelError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kernErr
+}
+
+func loadKallsyms() (*KernelTable, error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	return ReadKallsyms(bufio.NewReaderSize(f, 1<<16))
+}
+
+// Close releases the file handles.
+func (s *Symbolizer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		if f.handle != nil {
+			f.handle.Close()
+		}
+	}
+	s.files = map[proc.FileKey]*file{}
+	return nil
+}
