@@ -122,11 +122,8 @@ func (f formatFlag) Set(s string) error {
 func parseRecord(args []string) (*RecordConfig, error) {
 	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.Aggregate}
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
-		fs.PrintDefaults()
-	}
+	// Errors are reported once, in one line, by main; -h prints the flags.
+	fs.SetOutput(io.Discard)
 	for _, name := range []string{"p", "pid"} {
 		fs.IntVar(&c.PID, name, 0, "record the process with this `PID` (all its threads)")
 	}
@@ -148,6 +145,9 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate (in-kernel maps) or ringbuf (for benchmarks)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
 			return nil, err
 		}
 		return nil, usageError{err}

@@ -36,11 +36,10 @@ func CheckPrivileges() error {
 		missing = append(missing, "CAP_PERFMON")
 	}
 	if len(missing) > 0 {
-		hint := ""
 		if !has(capSysPtrace) {
-			hint = ", and CAP_SYS_PTRACE to name other users' processes"
+			missing = append(missing, "CAP_SYS_PTRACE (to name other users' processes)")
 		}
-		return fmt.Errorf("%w: missing %s%s", ErrNoPermission, strings.Join(missing, " and "), hint)
+		return fmt.Errorf("%w; missing: %s", ErrNoPermission, strings.Join(missing, ", "))
 	}
 	return nil
 }
