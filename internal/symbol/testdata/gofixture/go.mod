@@ -1,0 +1,3 @@
+module gofixture
+
+go 1.18
