@@ -4,6 +4,8 @@
 package collect
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,21 +17,27 @@ import (
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
-// Collector accumulates samples and names them into profiles.
+// Collector knows the processes the sampler has seen and names samples.
 type Collector struct {
-	sym *symbol.Symbolizer
+	sym  *symbol.Symbolizer
+	node string
 
-	mu      sync.Mutex
-	procs   map[procKey]*proc.Process
-	samples []sampler.Sample
+	mu    sync.Mutex
+	procs map[procKey]*procEntry
+}
+
+type procEntry struct {
+	p *proc.Process
+	// lastUsed is the Forget round that last named a sample of p.
+	lastUsed uint64
 }
 
 // procKey is one process image: a PID and the sampler's generation for it.
 type procKey struct{ pid, generation uint32 }
 
-// New returns a Collector naming with sym.
-func New(sym *symbol.Symbolizer) *Collector {
-	return &Collector{sym: sym, procs: map[procKey]*proc.Process{}}
+// New returns a Collector naming with sym; node labels every sample.
+func New(sym *symbol.Symbolizer, node string) *Collector {
+	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}}
 }
 
 // NewProc snapshots a process the sampler just saw for the first time; it
@@ -41,37 +49,75 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	}
 	c.sym.Learn(p)
 	c.mu.Lock()
-	c.procs[procKey{pid, generation}] = p
+	c.procs[procKey{pid, generation}] = &procEntry{p: p}
 	c.mu.Unlock()
 }
 
-// Processes returns how many process images were seen.
+// Processes returns how many process images are known.
 func (c *Collector) Processes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.procs)
 }
 
-// Add keeps drained samples until the next Profile.
-func (c *Collector) Add(samples []sampler.Sample) {
+// forgetRounds is how many Forget rounds a process that no sample named
+// survives after it exits.
+const forgetRounds = 2
+
+// Forget drops processes that exited and were not named in the last
+// rounds; the agent calls it once a window. Profiles already built keep
+// their names.
+func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()
-	c.samples = append(c.samples, samples...)
+	var stale []procKey
+	for k, e := range c.procs {
+		if e.lastUsed+forgetRounds <= round {
+			stale = append(stale, k)
+		}
+	}
 	c.mu.Unlock()
+	for _, k := range stale {
+		if alive(int(k.pid), c.entry(k)) {
+			continue
+		}
+		c.mu.Lock()
+		delete(c.procs, k)
+		c.mu.Unlock()
+	}
 }
 
-// Filter decides which processes a profile keeps; nil keeps all. A process
-// flint never managed to read is passed as nil.
-type Filter func(p *proc.Process) bool
-
-// Profile names the samples added since the last call and returns them
-// as a profile; period is the CPU time one sample stands for.
-func (c *Collector) Profile(start time.Time, duration, period time.Duration, keep Filter) *profile.Profile {
+func (c *Collector) entry(k procKey) *proc.Process {
 	c.mu.Lock()
-	samples := c.samples
-	c.samples = nil
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if e := c.procs[k]; e != nil {
+		return e.p
+	}
+	return nil
+}
 
-	b := builder{c: c, keep: keep,
+// alive reports whether the process p still runs under its PID.
+func alive(pid int, p *proc.Process) bool {
+	fresh, err := proc.Read(pid)
+	return err == nil && p != nil && fresh.StartTime == p.StartTime
+}
+
+// Filter decides from a sample's labels whether a profile keeps it; nil
+// keeps all.
+type Filter func(labels map[string]string) bool
+
+// Options describe the profile Profile builds.
+type Options struct {
+	Start    time.Time
+	Duration time.Duration
+	Period   time.Duration // CPU time one sample stands for
+	Keep     Filter
+	// Round marks the processes named as in use, for Forget.
+	Round uint64
+}
+
+// Profile names samples and returns them as a profile.
+func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
+	b := builder{c: c, round: o.Round,
 		locs:      map[locKey]*profile.Location{},
 		mappings:  map[*proc.Mapping]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
@@ -79,9 +125,13 @@ func (c *Collector) Profile(start time.Time, duration, period time.Duration, kee
 		refreshed: map[procKey]bool{},
 		ids:       map[*profile.Location]int{},
 	}
-	p := &profile.Profile{Start: start, Duration: duration, Period: period}
+	p := &profile.Profile{Start: o.Start, Duration: o.Duration, Period: o.Period}
 	for i := range samples {
-		if s := b.sample(&samples[i]); s != nil && b.merge(s) {
+		labels := b.labels(&samples[i])
+		if o.Keep != nil && !o.Keep(labels) {
+			continue
+		}
+		if s := b.sample(&samples[i], labels); b.merge(s) {
 			p.Samples = append(p.Samples, s)
 		}
 	}
@@ -90,7 +140,7 @@ func (c *Collector) Profile(start time.Time, duration, period time.Duration, kee
 
 type builder struct {
 	c         *Collector
-	keep      Filter
+	round     uint64
 	locs      map[locKey]*profile.Location
 	mappings  map[*proc.Mapping]*profile.Mapping
 	kernMaps  map[string]*profile.Mapping
@@ -100,43 +150,69 @@ type builder struct {
 	key       strings.Builder
 }
 
-// id numbers locations so a stack has a compact merge key.
-func (b *builder) id(l *profile.Location) int {
-	n, ok := b.ids[l]
-	if !ok {
-		n = len(b.ids)
-		b.ids[l] = n
-	}
-	return n
-}
-
 type locKey struct {
 	proc     *proc.Process // nil for kernel addresses
 	addr     uint64
 	isReturn bool
 }
 
+// process returns the snapshot of a process image and marks it in use.
 func (b *builder) process(k procKey) *proc.Process {
 	b.c.mu.Lock()
 	defer b.c.mu.Unlock()
-	return b.c.procs[k]
-}
-
-func (b *builder) sample(s *sampler.Sample) *profile.Sample {
-	k := procKey{s.PID, s.Generation}
-	p := b.process(k)
-	if b.keep != nil && !b.keep(p) {
+	e := b.c.procs[k]
+	if e == nil {
 		return nil
 	}
-	out := &profile.Sample{
-		Count: int64(s.Count),
-		Labels: map[string]string{
-			profile.LabelComm:   s.Comm,
-			profile.LabelThread: s.Thread,
-			profile.LabelPID:    strconv.Itoa(int(s.PID)),
-			profile.LabelTID:    strconv.Itoa(int(s.TID)),
-		},
+	e.lastUsed = b.round
+	return e.p
+}
+
+// labels describes who ran: the sample's own IDs and names, and what the
+// process snapshot adds (empty labels are left out).
+func (b *builder) labels(s *sampler.Sample) map[string]string {
+	l := map[string]string{
+		profile.LabelComm:   s.Comm,
+		profile.LabelThread: s.Thread,
+		profile.LabelPID:    strconv.Itoa(int(s.PID)),
+		profile.LabelTID:    strconv.Itoa(int(s.TID)),
 	}
+	if b.c.node != "" {
+		l[profile.LabelNode] = b.c.node
+	}
+	p := b.process(procKey{s.PID, s.Generation})
+	if p == nil {
+		return l
+	}
+	l[profile.LabelStartTime] = strconv.FormatUint(p.StartTime, 10)
+	for name, v := range map[string]string{
+		profile.LabelExe:       p.Exe,
+		profile.LabelBuildID:   b.exeBuildID(p),
+		profile.LabelCgroup:    p.Cgroup,
+		profile.LabelContainer: p.Container,
+		profile.LabelPod:       p.Pod,
+	} {
+		if v != "" {
+			l[name] = v
+		}
+	}
+	return l
+}
+
+// exeBuildID returns the build ID of the mapping that holds p's executable.
+func (b *builder) exeBuildID(p *proc.Process) string {
+	for i := range p.Mappings {
+		if m := &p.Mappings[i]; m.Path == p.Exe {
+			return b.c.sym.BuildID(m.Key())
+		}
+	}
+	return ""
+}
+
+func (b *builder) sample(s *sampler.Sample, labels map[string]string) *profile.Sample {
+	k := procKey{s.PID, s.Generation}
+	p := b.process(k)
+	out := &profile.Sample{Count: int64(s.Count), Labels: labels}
 	for i, addr := range s.Kernel {
 		out.Stack = append(out.Stack, b.kernel(addr, i > 0))
 	}
@@ -189,7 +265,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		b.refreshed[k] = true
 		if fresh, err := proc.Read(int(k.pid)); err == nil && fresh.StartTime == p.StartTime {
 			b.c.sym.Learn(fresh)
+			b.c.mu.Lock()
 			p.Mappings = fresh.Mappings
+			b.c.mu.Unlock()
 			frames, m = b.c.sym.User(p, addr, isReturn)
 		}
 	}
@@ -210,7 +288,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 // reporting whether s is new.
 func (b *builder) merge(s *profile.Sample) bool {
 	b.key.Reset()
-	for _, name := range []string{profile.LabelPID, profile.LabelTID, profile.LabelComm, profile.LabelThread} {
+	for _, name := range slices.Sorted(maps.Keys(s.Labels)) {
+		b.key.WriteString(name)
+		b.key.WriteByte('=')
 		b.key.WriteString(s.Labels[name])
 		b.key.WriteByte(0)
 	}
@@ -224,4 +304,14 @@ func (b *builder) merge(s *profile.Sample) bool {
 	}
 	b.merged[b.key.String()] = s
 	return true
+}
+
+// id numbers locations so a stack has a compact merge key.
+func (b *builder) id(l *profile.Location) int {
+	n, ok := b.ids[l]
+	if !ok {
+		n = len(b.ids)
+		b.ids[l] = n
+	}
+	return n
 }

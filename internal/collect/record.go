@@ -61,7 +61,8 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	}
 	sym := symbol.New()
 	defer sym.Close()
-	c := New(sym)
+	node, _ := os.Hostname()
+	c := New(sym, node)
 	s, err := sampler.Start(sampler.Options{
 		Frequency:    o.Frequency,
 		PID:          o.PID,
@@ -75,6 +76,12 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	}
 	defer s.Close()
 
+	var samples []sampler.Sample
+	drain := func() error {
+		batch, err := s.Drain()
+		samples = append(samples, batch...)
+		return err
+	}
 	start := time.Now()
 	timer := time.NewTimer(o.Duration)
 	defer timer.Stop()
@@ -98,11 +105,9 @@ loop:
 		case <-tick.C:
 			if o.Transfer == sampler.RingBuffer {
 				// The ring holds a few seconds: drain it as we go.
-				samples, err := s.Drain()
-				if err != nil {
+				if err := drain(); err != nil {
 					return nil, err
 				}
-				c.Add(samples)
 			}
 			report()
 		}
@@ -110,21 +115,19 @@ loop:
 	s.Stop()
 	elapsed := time.Since(start)
 	report()
-	samples, err := s.Drain()
-	if err != nil {
+	if err := drain(); err != nil {
 		return nil, err
 	}
-	c.Add(samples)
 	st, err := s.Stats()
 	if err != nil {
 		return nil, err
 	}
 	var keep Filter
 	if o.Container != "" {
-		keep = func(p *proc.Process) bool { return p != nil && strings.HasPrefix(p.Container, o.Container) }
+		keep = func(l map[string]string) bool { return strings.HasPrefix(l[profile.LabelContainer], o.Container) }
 	}
-	period := time.Second / time.Duration(o.Frequency)
-	res := &Result{Profile: c.Profile(start, elapsed, period, keep), Stats: st}
+	prof := c.Profile(samples, Options{Start: start, Duration: elapsed, Period: time.Second / time.Duration(o.Frequency), Keep: keep})
+	res := &Result{Profile: prof, Stats: st}
 	res.Naming = sym.Stats()
 	res.Warnings = warnings(st, sym, o.KernelStacks)
 	return res, nil

@@ -15,10 +15,17 @@ import (
 
 // Well-known label names.
 const (
-	LabelComm   = "comm"   // process name (the thread group leader's comm)
-	LabelThread = "thread" // thread name
-	LabelPID    = "pid"
-	LabelTID    = "tid"
+	LabelComm      = "comm"       // process name (the thread group leader's comm)
+	LabelThread    = "thread"     // thread name
+	LabelPID       = "pid"        // thread group ID
+	LabelTID       = "tid"        // thread ID
+	LabelStartTime = "start_time" // process start, clock ticks after boot: tells reused PIDs apart
+	LabelExe       = "exe"        // executable path as the process sees it
+	LabelBuildID   = "build_id"   // of the executable
+	LabelCgroup    = "cgroup"     // cgroup path
+	LabelContainer = "container"  // container ID, from the cgroup path
+	LabelPod       = "pod"        // Kubernetes pod UID, from the cgroup path
+	LabelNode      = "node"       // host name
 )
 
 // Profile is a set of sampled stacks with labels and counts.

@@ -45,6 +45,33 @@ func (s *Sampler) drainMaps() ([]Sample, error) {
 	}
 }
 
+// Trim bounds the stacks kept in the kernel and in flint: it forgets stacks
+// no sample has used for two Trim rounds. Long-running callers call it
+// about once a window; a one-shot recording needs not.
+//
+// A stack is deleted from the kernel map one round before flint's own copy,
+// so a sample counted while its stack was being deleted still finds it.
+func (s *Sampler) Trim() error {
+	s.round++
+	var drop []uint64
+	for h, st := range s.stacks {
+		switch {
+		case st.dropped && st.used < s.round-1:
+			delete(s.stacks, h)
+		case !st.dropped && st.used+2 <= s.round:
+			st.dropped = true
+			drop = append(drop, h)
+		}
+	}
+	if s.opts.Transfer == RingBuffer || len(drop) == 0 {
+		return nil
+	}
+	if _, err := s.objs.Stacks.BatchDelete(drop, nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("trim stacks: %w", err)
+	}
+	return nil
+}
+
 func (s *Sampler) sampleFromKey(k *profileSampleKey, count uint64) Sample {
 	smp := Sample{
 		PID: k.Pid, TID: k.Tid, Generation: k.Generation,
@@ -64,16 +91,31 @@ func (s *Sampler) stack(hash uint64) (ips []uint64, lost bool) {
 	if hash == 0 {
 		return nil, false
 	}
-	if ips, ok := s.stacks[hash]; ok {
-		return ips, false
+	if c, ok := s.stacks[hash]; ok {
+		c.use(s.round)
+		return c.ips, false
 	}
 	var st profileStackTrace
 	if err := s.objs.Stacks.Lookup(hash, &st); err != nil {
 		return nil, true
 	}
 	ips = append([]uint64(nil), st.Ips[:min(int(st.Len), MaxStackDepth)]...)
-	s.stacks[hash] = ips
+	s.stacks[hash] = &cachedStack{ips: ips, used: s.round}
 	return ips, false
+}
+
+// cachedStack is a stack flint holds a copy of.
+type cachedStack struct {
+	ips  []uint64
+	used uint64 // last Trim round a sample referenced it
+	// dropped is set once Trim deleted it from the kernel map; a sample
+	// using it again means the program stored it anew.
+	dropped bool
+}
+
+func (c *cachedStack) use(round uint64) {
+	c.used = round
+	c.dropped = false
 }
 
 // ringKey identifies samples to aggregate in ring buffer mode.
@@ -113,7 +155,7 @@ func (s *Sampler) drainRing() ([]Sample, error) {
 		out = append(out, Sample{
 			PID: k.pid, TID: k.tid, Generation: k.generation,
 			Comm: cString(k.comm[:]), Thread: cString(k.thread[:]),
-			User: s.stacks[k.user], Kernel: s.stacks[k.kernel],
+			User: s.cached(k.user), Kernel: s.cached(k.kernel),
 			Count: n,
 		})
 	}
@@ -151,10 +193,19 @@ func (s *Sampler) intern(ips []uint64) uint64 {
 		return 0
 	}
 	h := hashStack(ips)
-	if _, ok := s.stacks[h]; !ok {
-		s.stacks[h] = append([]uint64(nil), ips...)
+	if c, ok := s.stacks[h]; ok {
+		c.use(s.round)
+	} else {
+		s.stacks[h] = &cachedStack{ips: append([]uint64(nil), ips...), used: s.round}
 	}
 	return h
+}
+
+func (s *Sampler) cached(hash uint64) []uint64 {
+	if c := s.stacks[hash]; c != nil {
+		return c.ips
+	}
+	return nil
 }
 
 // hashStack mixes a stack into 64 bits, as the BPF program does.

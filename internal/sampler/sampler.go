@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -112,8 +113,9 @@ type Sampler struct {
 	wg      sync.WaitGroup
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
-	// stack crosses once.
-	stacks map[uint64][]uint64
+	// stack crosses once; Trim bounds it.
+	stacks map[uint64]*cachedStack
+	round  uint64
 }
 
 // Start loads the BPF program and starts sampling on every online CPU.
@@ -154,7 +156,7 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
 	}
-	s := &Sampler{opts: opts, stacks: map[uint64][]uint64{}}
+	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
@@ -312,6 +314,30 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.ProcEventsLost += c[profileSamplerStatSTAT_PROC_EVENTS_LOST]
 	}
 	return st, nil
+}
+
+// ProgramStats returns the BPF programs' total run time and runs, counted
+// while kernel BPF statistics are enabled (see EnableStats).
+func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error) {
+	for _, p := range []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork} {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read program stats: %w", err)
+		}
+		runTime += st.Runtime
+		runs += st.RunCount
+	}
+	return runTime, runs, nil
+}
+
+// EnableStats turns on the kernel's BPF run time accounting until the
+// returned closer is closed (it costs every BPF program ~20 ns a run).
+func EnableStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, fmt.Errorf("enable BPF statistics: %w", err)
+	}
+	return c, nil
 }
 
 func onlineCPUs() ([]int, error) {

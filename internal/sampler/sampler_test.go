@@ -115,3 +115,46 @@ func spin(d time.Duration) {
 		}
 	}
 }
+
+// TestTrimForgetsUnusedStacks checks that stacks no sample uses leave the
+// kernel map first and flint's cache one round later.
+func TestTrimForgetsUnusedStacks(t *testing.T) {
+	requireBPF(t)
+	s, err := Start(Options{Frequency: 997, KernelStacks: true, PID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	spin(200 * time.Millisecond)
+	s.Stop()
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	cached := len(s.stacks)
+	if cached == 0 || kernelStacks(t, s) != cached {
+		t.Fatalf("%d stacks cached, %d in the kernel: want the same, > 0", cached, kernelStacks(t, s))
+	}
+	s.Trim() // round 1: all used in round 0, kept
+	s.Trim() // round 2: idle two rounds, deleted from the kernel
+	if n := kernelStacks(t, s); n != 0 || len(s.stacks) != cached {
+		t.Errorf("after two rounds: %d in the kernel (want 0), %d cached (want %d)", n, len(s.stacks), cached)
+	}
+	s.Trim() // round 3: gone from the cache too
+	if len(s.stacks) != 0 {
+		t.Errorf("after three rounds: %d cached, want 0", len(s.stacks))
+	}
+}
+
+func kernelStacks(t *testing.T, s *Sampler) int {
+	var k uint64
+	var v profileStackTrace
+	n := 0
+	it := s.objs.Stacks.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

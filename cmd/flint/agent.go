@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flint-dev/flint/internal/agent"
+	"github.com/flint-dev/flint/internal/sampler"
+)
+
+// AgentConfig is what `flint agent` was asked to do.
+type AgentConfig struct {
+	agent.Options
+}
+
+// Validate checks the config.
+func (c *AgentConfig) Validate() error {
+	switch {
+	case c.Frequency <= 0 || c.Frequency > maxFrequency:
+		return fmt.Errorf("--frequency %d: must be between 1 and %d Hz", c.Frequency, maxFrequency)
+	case c.Window < time.Second || c.Window > time.Hour:
+		return fmt.Errorf("--window %s: must be between 1s and 1h", c.Window)
+	case c.Retention < 0:
+		return fmt.Errorf("--retention %s: must not be negative", c.Retention)
+	case c.MaxSize < 0:
+		return fmt.Errorf("--max-size %d: must not be negative", c.MaxSize)
+	case c.MaxSize > 0 && c.MaxSize < 1<<20:
+		return fmt.Errorf("--max-size %d: below 1MB leaves no room for a window", c.MaxSize)
+	case c.DataDir == "":
+		return errors.New("--data-dir is empty")
+	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
+		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
+	}
+	return nil
+}
+
+// longDuration accepts Go durations plus days ("7d", "1d12h").
+type longDuration struct{ d *time.Duration }
+
+func (f longDuration) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f longDuration) Set(s string) error {
+	d, err := parseLongDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+func parseLongDuration(s string) (time.Duration, error) {
+	var days time.Duration
+	if before, after, ok := strings.Cut(s, "d"); ok {
+		n, err := strconv.Atoi(before)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("bad duration %q (want e.g. 7d, 36h, 90m)", s)
+		}
+		days, s = time.Duration(n)*24*time.Hour, after
+		if s == "" {
+			return days, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (want e.g. 7d, 36h, 90m)", s)
+	}
+	return days + d, nil
+}
+
+// byteSize accepts sizes like 1GB, 500MB, 64KiB or plain bytes.
+type byteSize struct{ n *int64 }
+
+func (f byteSize) String() string {
+	if f.n == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.n, 10)
+}
+
+func (f byteSize) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*f.n = n
+	return nil
+}
+
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+	}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(strings.ToUpper(num), strings.ToUpper(u.suffix)); ok {
+			num, mult = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 1GB, 500MB)", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+func parseAgent(args []string) (*AgentConfig, error) {
+	c := &AgentConfig{Options: agent.DefaultOptions()}
+	c.Token = os.Getenv("FLINT_TOKEN")
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store")
+	fs.IntVar(&c.Frequency, "frequency", c.Frequency, "samples per second per CPU (`Hz`)")
+	fs.Var(longDuration{&c.Window}, "window", "`duration` of one stored profile")
+	fs.Var(longDuration{&c.Retention}, "retention", "drop profiles older than this `duration` (e.g. 7d; 0 keeps all)")
+	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this store `size` (e.g. 1GB; 0: no limit)")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP API `address` (beyond loopback needs --token); empty: no API")
+	fs.StringVar(&c.Token, "token", c.Token, "bearer `token` the API requires (default $FLINT_TOKEN)")
+	fs.StringVar(&c.Node, "node", "", "node `name` labelling every sample (default: host name)")
+	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println("Usage: flint agent [flags]\n\nProfiles every process continuously, stores the profiles and serves the HTTP API.\n\nFlags:")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+func runAgent(args []string) error {
+	c, err := parseAgent(args)
+	if err != nil {
+		return err
+	}
+	logger := log.New(os.Stderr, "flint: ", log.LstdFlags)
+	c.Logf = logger.Printf
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger.Printf("agent sampling every process at %d Hz, %s windows, data in %s", c.Frequency, c.Window, c.DataDir)
+	if err := agent.Run(ctx, c.Options); err != nil {
+		return err
+	}
+	logger.Printf("agent stopped; last window written")
+	return nil
+}

@@ -1,0 +1,330 @@
+// Package agent is flint's always-on profiler: it samples every process,
+// names each window of samples (10 s by default) and writes it to the
+// store, serves the HTTP API, and measures what it costs itself.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flint-dev/flint/internal/collect"
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/selector"
+	"github.com/flint-dev/flint/internal/server"
+	"github.com/flint-dev/flint/internal/store"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// Options configure the agent.
+type Options struct {
+	// DataDir holds the store; created if missing.
+	DataDir string
+	// Frequency is samples per second per CPU.
+	Frequency int
+	// Window is how much time one stored profile covers.
+	Window time.Duration
+	// Retention drops windows older than this; 0 keeps them forever.
+	Retention time.Duration
+	// MaxSize bounds the store in bytes; 0 means no bound.
+	MaxSize int64
+	// Listen is the HTTP API's address; "" serves no API.
+	Listen string
+	// Token, when set, is required as "Authorization: Bearer" on the API;
+	// it must be set to listen beyond loopback.
+	Token string
+	// Node labels every sample; the host name when empty.
+	Node string
+	// Transfer is the sampler's kernel-to-user path.
+	Transfer sampler.Transfer
+	// Logf reports events worth an operator's attention; nil discards.
+	Logf func(format string, args ...any)
+}
+
+// DefaultOptions are `flint agent` without flags.
+func DefaultOptions() Options {
+	return Options{
+		DataDir:   "/var/lib/flint",
+		Frequency: 99,
+		Window:    10 * time.Second,
+		Retention: 7 * 24 * time.Hour,
+		MaxSize:   1 << 30,
+		Listen:    "127.0.0.1:7070",
+		Transfer:  sampler.Aggregate,
+	}
+}
+
+// drainInterval is how often samples leave the kernel: the ring buffer holds
+// a few seconds, and live profiles need fresh samples.
+const drainInterval = time.Second
+
+// Agent is a running agent.
+type Agent struct {
+	o       Options
+	store   store.Store
+	sampler *sampler.Sampler
+	sym     *symbol.Symbolizer
+	coll    *collect.Collector
+	self    map[string]string // the agent's own labels
+	metrics metrics
+
+	// Owned by the run loop.
+	window      []sampler.Sample
+	windowStart time.Time
+	round       uint64
+	lastBPF     time.Duration
+
+	liveMu sync.Mutex
+	live   []*liveRequest
+}
+
+// Run runs the agent until ctx ends, then writes the current window and
+// returns nil; errors are failures to start.
+func Run(ctx context.Context, o Options) error {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Node == "" {
+		o.Node, _ = os.Hostname()
+	}
+	if o.Listen != "" {
+		if err := server.CheckListen(o.Listen, o.Token); err != nil {
+			return err
+		}
+	}
+	if err := sampler.CheckPrivileges(); err != nil {
+		return err
+	}
+	so := store.DefaultOptions()
+	so.Retention, so.MaxSize = o.Retention, o.MaxSize
+	st, err := store.Open(o.DataDir, so)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	a := &Agent{o: o, store: st, sym: symbol.New()}
+	defer a.sym.Close()
+	a.coll = collect.New(a.sym, o.Node)
+	stats, err := sampler.EnableStats()
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
+	a.sampler, err = sampler.Start(sampler.Options{
+		Frequency:    o.Frequency,
+		KernelStacks: true,
+		Transfer:     o.Transfer,
+		MaxStacks:    stacksPerWindow(o.Frequency, o.Window),
+		OnNewProc:    a.coll.NewProc,
+	})
+	if err != nil {
+		return err
+	}
+	defer a.sampler.Close()
+	a.self = a.ownLabels()
+
+	var srv *http.Server
+	if o.Listen != "" {
+		ln, err := net.Listen("tcp", o.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", o.Listen, err)
+		}
+		srv = &http.Server{
+			Handler: server.New(server.Options{
+				Store: st, Live: a, Metrics: a.writeMetrics, Token: o.Token, Node: o.Node,
+			}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		go srv.Serve(ln)
+		o.Logf("serving the API on http://%s", ln.Addr())
+	}
+	a.loop(ctx)
+	if srv != nil {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}
+	return nil
+}
+
+// stacksPerWindow sizes the kernel stack maps: distinct stacks in a window
+// cannot outnumber its samples; a 2x margin covers the round Trim keeps.
+func stacksPerWindow(freq int, window time.Duration) int {
+	n := 2 * int(float64(freq)*window.Seconds()) * runtime.NumCPU()
+	return min(max(n, 4096), 65536)
+}
+
+func (a *Agent) loop(ctx context.Context) {
+	tick := time.NewTicker(drainInterval)
+	defer tick.Stop()
+	a.windowStart = time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			a.drain(time.Now())
+			a.flush(time.Now())
+			a.endLive()
+			return
+		case now := <-tick.C:
+			a.drain(now)
+			if now.Sub(a.windowStart) >= a.o.Window {
+				a.flush(now)
+			}
+		}
+	}
+}
+
+// drain moves samples from the kernel into the current window and to live
+// profiles.
+func (a *Agent) drain(now time.Time) {
+	batch, err := a.sampler.Drain()
+	if err != nil {
+		a.o.Logf("drain samples: %v", err)
+	}
+	a.window = append(a.window, batch...)
+	a.feedLive(batch, now)
+}
+
+// flush names the current window and writes it to the store. A write that
+// fails (disk full, store unwritable) drops the window, counts it and is
+// logged; sampling goes on and later windows are written when they can be.
+func (a *Agent) flush(now time.Time) {
+	a.round++
+	p := a.coll.Profile(a.window, collect.Options{
+		Start: a.windowStart, Duration: now.Sub(a.windowStart), Period: a.period(), Round: a.round,
+	})
+	a.addSelfCost(p)
+	a.window = nil
+	a.windowStart = now
+
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.Window)
+	err := a.store.Write(ctx, p)
+	cancel()
+	a.metrics.record(p, err)
+	switch {
+	case err != nil && a.metrics.failing() == 1:
+		a.o.Logf("write window: %v (sampling goes on; windows are dropped until writes succeed)", err)
+	case err == nil && a.metrics.recovered():
+		a.o.Logf("writing windows again after %d dropped", a.metrics.windowsDropped.Load())
+	}
+	a.coll.Forget(a.round)
+	if err := a.sampler.Trim(); err != nil {
+		a.o.Logf("%v", err)
+	}
+}
+
+func (a *Agent) period() time.Duration { return time.Second / time.Duration(a.o.Frequency) }
+
+// addSelfCost adds the run time of flint's BPF programs in this window as
+// samples of the agent's own process: that time is spent in interrupts,
+// where sampling cannot see it. The agent's user-space CPU is sampled like
+// any process's, under the same labels.
+func (a *Agent) addSelfCost(p *profile.Profile) {
+	total, _, err := a.sampler.ProgramStats()
+	if err != nil {
+		return
+	}
+	delta := total - a.lastBPF
+	a.lastBPF = total
+	a.metrics.bpfRunTime.Store(int64(total))
+	if n := int64(delta / a.period()); n > 0 {
+		p.Samples = append(p.Samples, &profile.Sample{Count: n, Labels: a.self, Stack: []*profile.Location{bpfLocation}})
+	}
+}
+
+// bpfLocation names the time flint's BPF programs ran.
+var bpfLocation = &profile.Location{Frames: []symbol.Frame{{Function: "[flint BPF programs]"}}}
+
+func (a *Agent) ownLabels() map[string]string {
+	l := map[string]string{
+		profile.LabelPID:    strconv.Itoa(os.Getpid()),
+		profile.LabelTID:    strconv.Itoa(os.Getpid()),
+		profile.LabelNode:   a.o.Node,
+		profile.LabelThread: "[bpf]",
+	}
+	if p, err := proc.Read(os.Getpid()); err == nil {
+		l[profile.LabelComm] = p.Comm
+		l[profile.LabelStartTime] = strconv.FormatUint(p.StartTime, 10)
+		l[profile.LabelExe] = p.Exe
+		if p.Cgroup != "" {
+			l[profile.LabelCgroup] = p.Cgroup
+		}
+	}
+	return l
+}
+
+// liveRequest is a /debug/pprof/profile in progress.
+type liveRequest struct {
+	keep    selector.Selector
+	until   time.Time
+	start   time.Time
+	samples []sampler.Sample
+	done    chan *profile.Profile
+}
+
+// Profile samples for d and returns the profile of the processes sel
+// matches; it implements server.LiveProfiler.
+func (a *Agent) Profile(ctx context.Context, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
+	now := time.Now()
+	r := &liveRequest{keep: sel, start: now, until: now.Add(d), done: make(chan *profile.Profile, 1)}
+	a.liveMu.Lock()
+	a.live = append(a.live, r)
+	a.liveMu.Unlock()
+	select {
+	case p := <-r.done:
+		if p == nil {
+			return nil, errors.New("agent is stopping")
+		}
+		return p, nil
+	case <-ctx.Done():
+		a.liveMu.Lock()
+		for i, x := range a.live {
+			if x == r {
+				a.live = append(a.live[:i], a.live[i+1:]...)
+				break
+			}
+		}
+		a.liveMu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+func (a *Agent) feedLive(batch []sampler.Sample, now time.Time) {
+	a.liveMu.Lock()
+	var finished []*liveRequest
+	kept := a.live[:0]
+	for _, r := range a.live {
+		r.samples = append(r.samples, batch...)
+		if now.Before(r.until) {
+			kept = append(kept, r)
+		} else {
+			finished = append(finished, r)
+		}
+	}
+	a.live = kept
+	a.liveMu.Unlock()
+	for _, r := range finished {
+		r.done <- a.coll.Profile(r.samples, collect.Options{
+			Start: r.start, Duration: now.Sub(r.start), Period: a.period(), Round: a.round, Keep: r.keep.Matches,
+		})
+	}
+}
+
+func (a *Agent) endLive() {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	for _, r := range a.live {
+		close(r.done)
+	}
+	a.live = nil
+}

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/flint-dev/flint/internal/profile"
+)
+
+// metrics are the agent's counters, read by /metrics from other goroutines.
+type metrics struct {
+	windowsWritten, windowsDropped atomic.Int64
+	samplesWritten                 atomic.Int64
+	consecutiveFailures            atomic.Int64
+	wasFailing                     atomic.Bool
+	bpfRunTime                     atomic.Int64 // ns
+}
+
+func (m *metrics) record(p *profile.Profile, err error) {
+	if err != nil {
+		m.windowsDropped.Add(1)
+		m.consecutiveFailures.Add(1)
+		return
+	}
+	m.windowsWritten.Add(1)
+	m.samplesWritten.Add(p.Total())
+	if m.consecutiveFailures.Swap(0) > 0 {
+		m.wasFailing.Store(true)
+	}
+}
+
+// failing returns how many writes in a row have failed.
+func (m *metrics) failing() int64 { return m.consecutiveFailures.Load() }
+
+// recovered reports, once, that writes succeed again after failures.
+func (m *metrics) recovered() bool { return m.wasFailing.Swap(false) }
+
+// writeMetrics writes the agent's metrics in the Prometheus text format.
+func (a *Agent) writeMetrics(w io.Writer) {
+	gauge := func(name, help, typ string, v any) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
+	}
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	gauge("flint_agent_cpu_seconds_total", "User and system CPU time of the agent process.", "counter", cpu)
+	rss, peak := memory()
+	gauge("flint_agent_resident_memory_bytes", "Resident set size of the agent process.", "gauge", rss)
+	gauge("flint_agent_peak_resident_memory_bytes", "Peak resident set size of the agent process.", "gauge", peak)
+	gauge("flint_bpf_run_seconds_total", "Run time of flint's BPF programs.", "counter", float64(a.metrics.bpfRunTime.Load())/1e9)
+	if st, err := a.sampler.Stats(); err == nil {
+		gauge("flint_samples_total", "Samples taken by the BPF program.", "counter", st.Samples)
+		fmt.Fprintf(w, "# HELP flint_samples_lost_total Samples or stacks lost, by reason.\n# TYPE flint_samples_lost_total counter\n")
+		for reason, n := range map[string]uint64{
+			"counts_map_full": st.CountsFull, "ring_buffer_full": st.RingBufFull, "stack_map_full": st.StacksFull,
+			"user_stack_error": st.UserStackErrors, "kernel_stack_error": st.KernelStackErrors,
+			"process_event_lost": st.ProcEventsLost,
+		} {
+			fmt.Fprintf(w, "flint_samples_lost_total{reason=%q} %d\n", reason, n)
+		}
+	}
+	gauge("flint_samples_written_total", "Samples written to the store.", "counter", a.metrics.samplesWritten.Load())
+	gauge("flint_windows_written_total", "Windows written to the store.", "counter", a.metrics.windowsWritten.Load())
+	gauge("flint_windows_dropped_total", "Windows dropped because the store could not write them.", "counter", a.metrics.windowsDropped.Load())
+	ns := a.sym.Stats()
+	gauge("flint_symbol_cache_hits_total", "Addresses named from the cache.", "counter", ns.CacheHits)
+	gauge("flint_symbol_cache_misses_total", "Addresses named by a table lookup.", "counter", ns.CacheMisses)
+	gauge("flint_binaries_parsed_total", "Binaries whose symbol tables were parsed.", "counter", ns.BinariesParsed)
+	gauge("flint_processes", "Process images the agent knows.", "gauge", a.coll.Processes())
+	gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
+	gauge("flint_go_goroutines", "Goroutines of the agent.", "gauge", runtime.NumGoroutine())
+}
+
+// memory reads the agent's resident and peak resident set sizes in bytes.
+func memory() (rss, peak int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(b)) {
+		for key, dst := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				*dst = kb << 10
+			}
+		}
+	}
+	return rss, peak
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
