@@ -164,7 +164,6 @@ func runAgent(args []string) error {
 	c.Logf = logger.Printf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger.Printf("agent sampling every process at %d Hz, %s windows, data in %s", c.Frequency, c.Window, c.DataDir)
 	if err := agent.Run(ctx, c.Options); err != nil {
 		return err
 	}

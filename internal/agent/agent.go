@@ -132,6 +132,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer a.sampler.Close()
 	a.self = a.ownLabels()
+	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, o.DataDir)
 
 	var srv *http.Server
 	if o.Listen != "" {

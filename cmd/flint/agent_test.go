@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pprofile "github.com/google/pprof/profile"
+
+	"github.com/flint-dev/flint/internal/store"
+)
+
+func TestParseAgent(t *testing.T) {
+	c, err := parseAgent(strings.Fields("--data-dir /d --retention 2d12h --max-size 500MB --window 5s --frequency 49"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 {
+		t.Errorf("config %+v", c.Options)
+	}
+	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "extra"} {
+		if _, err := parseAgent(strings.Fields(bad)); err == nil {
+			t.Errorf("parseAgent(%q) succeeded", bad)
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type agentProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	dir    string
+	stderr *bytes.Buffer
+}
+
+func startAgent(t *testing.T, flint, dir string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{addr: freeAddr(t), dir: dir, stderr: &bytes.Buffer{}}
+	args = append([]string{"agent", "--data-dir", dir, "--listen", a.addr}, args...)
+	a.cmd = exec.Command(flint, args...)
+	a.cmd.Stderr = a.stderr
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill(); a.cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + a.addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not come up: %s", a.stderr)
+		}
+	}
+}
+
+func (a *agentProc) get(t *testing.T, path string, q url.Values) []byte {
+	t.Helper()
+	resp, err := http.Get("http://" + a.addr + path + "?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	return body
+}
+
+// metric reads one value from /metrics.
+func (a *agentProc) metric(t *testing.T, name string) float64 {
+	body := a.get(t, "/metrics", nil)
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no %s in /metrics", name)
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// TestAgentProfileMatchesSplit runs the agent while the fixture spins and
+// short-lived processes come and go, then checks the API's profile of the
+// range: the known split, short-lived processes named after they exited,
+// and what the agent itself cost.
+func TestAgentProfileMatchesSplit(t *testing.T) {
+	requireRoot(t)
+	flint, spin := build(t)
+	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--frequency", "499")
+	from := time.Now()
+	pid := startSpin(t, spin)
+	short := filepath.Join(t.TempDir(), "spinshort")
+	copyFile(t, spin, short)
+	for range 5 {
+		if err := exec.Command(short, "0.2").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Second) // past two more windows
+	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"}}
+
+	q.Set("selector", fmt.Sprintf(`{pid="%d"}`, pid))
+	checkPprofSplit(t, a.get(t, "/api/v1/profile", q), []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
+
+	q.Set("selector", `{comm="spinshort"}`)
+	p, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, total := funcSamples(p, "func_a"), totalSamples(p)
+	if total < 50 || named < total/3 {
+		t.Errorf("short-lived processes: %d samples, %d in func_a", total, named)
+	}
+
+	q.Set("selector", fmt.Sprintf(`{pid="%d"}`, a.cmd.Process.Pid))
+	q.Set("format", "folded")
+	if self := a.get(t, "/api/v1/profile", q); !bytes.Contains(self, []byte("[flint BPF programs]")) {
+		t.Errorf("the agent's own cost is not stored under its labels:\n%s", self)
+	}
+}
+
+func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) {
+	t.Helper()
+	p, err := pprofile.ParseData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := totalSamples(p)
+	if total < 300 {
+		t.Fatalf("only %d samples", total)
+	}
+	for i, fn := range funcs {
+		share := 100 * float64(funcSamples(p, fn)) / float64(total)
+		t.Logf("%s: %.1f%% of %d samples", fn, share, total)
+		if math.Abs(share-want[i]) > 3 {
+			t.Errorf("%s: %.1f%%, want %.0f%% ± 3", fn, share, want[i])
+		}
+	}
+}
+
+func totalSamples(p *pprofile.Profile) int64 {
+	var n int64
+	for _, s := range p.Sample {
+		n += s.Value[0]
+	}
+	return n
+}
+
+func funcSamples(p *pprofile.Profile, fn string) int64 {
+	var n int64
+	for _, s := range p.Sample {
+	stack:
+		for _, l := range s.Location {
+			for _, line := range l.Line {
+				if line.Function.Name == fn {
+					n += s.Value[0]
+					break stack
+				}
+			}
+		}
+	}
+	return n
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// windows counts the windows in a store and their samples.
+func windows(t *testing.T, dir string) (samples int64) {
+	t.Helper()
+	st, err := store.Open(dir, store.DefaultOptions())
+	if err != nil {
+		t.Fatalf("open store after the agent: %v", err)
+	}
+	defer st.Close()
+	p, err := st.Profile(context.Background(), store.Query{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Total()
+}
+
+// TestAgentSIGTERMFlushes stops the agent in the middle of a long window:
+// the partial window is written and the exit status is 0.
+func TestAgentSIGTERMFlushes(t *testing.T) {
+	requireRoot(t)
+	flint, spin := build(t)
+	startSpin(t, spin)
+	dir := t.TempDir()
+	a := startAgent(t, flint, dir, "--window", "1h")
+	time.Sleep(2 * time.Second)
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	if err := a.cmd.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, a.stderr)
+	}
+	if n := windows(t, dir); n < 100 {
+		t.Errorf("%d samples stored after SIGTERM, want the 2 s window (~200)", n)
+	}
+}
+
+// TestAgentSecondRefused starts two agents on one data directory.
+func TestAgentSecondRefused(t *testing.T) {
+	requireRoot(t)
+	flint, _ := build(t)
+	dir := t.TempDir()
+	startAgent(t, flint, dir)
+	out, err := exec.Command(flint, "agent", "--data-dir", dir, "--listen", freeAddr(t)).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(string(out), "another flint agent") || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("second agent: %v, %q", err, out)
+	}
+}
+
+// TestAgentKilledKeepsStore kills the agent with SIGKILL at random moments,
+// repeatedly; each time the store must open and keep at least the samples
+// it held before.
+func TestAgentKilledKeepsStore(t *testing.T) {
+	requireRoot(t)
+	flint, spin := build(t)
+	startSpin(t, spin)
+	dir := t.TempDir()
+	var before int64
+	for i := range 6 {
+		a := startAgent(t, flint, dir, "--window", "1s")
+		time.Sleep(time.Duration(1200+rand.IntN(1500)) * time.Millisecond)
+		a.cmd.Process.Kill()
+		a.cmd.Wait()
+		after := windows(t, dir)
+		t.Logf("kill %d: %d samples stored", i, after)
+		if after < before {
+			t.Fatalf("kill %d: %d samples stored, fewer than the %d before", i, after, before)
+		}
+		before = after
+	}
+	if before == 0 {
+		t.Error("no window was ever stored")
+	}
+}
+
+// TestAgentDiskFull fills the agent's file system: windows are dropped and
+// counted while it is full, and written again once space returns.
+func TestAgentDiskFull(t *testing.T) {
+	requireRoot(t)
+	flint, spin := build(t)
+	startSpin(t, spin)
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "flint-test", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
+	}
+	// Registered before the agent's cleanup, so it runs after the agent is gone.
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	a := startAgent(t, flint, dir, "--window", "1s")
+	waitMetric(t, a, "flint_windows_written_total", 1)
+	filler := filepath.Join(dir, "filler")
+	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=1M", "count=16").Run() // fills it; dd's error is expected
+	waitMetric(t, a, "flint_windows_dropped_total", 2)
+	os.Remove(filler)
+	written := a.metric(t, "flint_windows_written_total")
+	waitMetric(t, a, "flint_windows_written_total", written+2)
+	if !strings.Contains(a.stderr.String(), "windows are dropped") {
+		t.Errorf("the agent did not log the failing writes:\n%s", a.stderr)
+	}
+}
+
+func waitMetric(t *testing.T, a *agentProc, name string, atLeast float64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for a.metric(t, name) < atLeast {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stayed below %v; agent log:\n%s", name, atLeast, a.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
