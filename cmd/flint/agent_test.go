@@ -305,4 +305,3 @@ func waitMetric(t *testing.T, a *agentProc, name string, atLeast float64) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
