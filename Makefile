@@ -8,9 +8,10 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 all: build
 
-# flint's main job (until the agent lands): profile the whole machine.
+# flint's main job: the agent, profiling every process into /var/lib/flint,
+# with its API and web UI on http://127.0.0.1:7070/.
 run: build
-	$(BIN) record -a -d 10s -o flint.svg
+	$(BIN) agent
 
 # What the tests and `make generate` need on a fresh Debian machine (root).
 DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev
