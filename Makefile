@@ -1,4 +1,6 @@
 # flint: build, generate, test, bench, lint.
+# sudo's secure_path often lacks Go's default install location.
+export PATH := $(PATH):/usr/local/go/bin
 GO      ?= go
 CLANG   ?= clang-19
 BIN     := bin/flint
