@@ -36,8 +36,10 @@ generate:
 	$(GO) generate ./internal/sampler/
 
 # Every test; those that load BPF need root and skip with the reason otherwise.
+# One package at a time: the BPF tests measure CPU shares of fixtures, which
+# other packages' tests would compete with on a small machine.
 test:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -p 1 ./...
 
 test-short:
 	$(GO) test -short ./...
