@@ -4,6 +4,7 @@
 //	sudo flint record -p 4242 -d 10s -o cpu.svg
 //	sudo flint record -a -d 30s -F 99 -o node.pb.gz
 //	sudo flint record --container 3f2a -o c.folded
+//	flint query --since 15m --selector '{comm="api"}' -o api.svg
 package main
 
 import (
@@ -16,7 +17,11 @@ import (
 const usage = `flint: an eBPF CPU profiler for Linux services
 
 Usage:
+  flint agent [--data-dir /var/lib/flint] [--listen 127.0.0.1:7070]
   flint record [-p PID | -a | --container ID] [-d 10s] [-F 99] [-o out.svg]
+  flint query  [--since 15m] [--selector '{comm="api"}'] [-o out.svg] [--diff]
+  flint top    [--since 15m] [--selector SEL] [-n 20] [--cum]
+  flint series [--since 1h] [--by comm] [--step 10s] [--json]
   flint version
 
 Run 'flint COMMAND -h' for a command's flags.
@@ -50,8 +55,16 @@ func run(args []string) error {
 		return usageError{errors.New("no command given")}
 	}
 	switch args[0] {
+	case "agent":
+		return runAgent(args[1:])
 	case "record":
 		return record(args[1:])
+	case "query":
+		return query(args[1:], os.Stdout, os.Stderr)
+	case "top":
+		return top(args[1:], os.Stdout)
+	case "series":
+		return series(args[1:], os.Stdout)
 	case "version", "--version":
 		fmt.Println("flint", version)
 		return nil
