@@ -59,7 +59,7 @@ lint:
 # Each fuzz target for a while (FUZZTIME=1m by default).
 FUZZTIME ?= 1m
 fuzz:
-	@for pkg in ./internal/symbol ./internal/proc; do \
+	@for pkg in $$($(GO) list ./...); do \
 		for t in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 		done; \
