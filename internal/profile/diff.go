@@ -97,9 +97,8 @@ func Scale(p *Profile, ratio float64) *Profile {
 //   - folded: "stack base current" lines, as FlameGraph's difffolded.pl
 //     writes them for flamegraph.pl;
 //   - json: the DiffTree;
-//   - svg, html: current's flame graph. Frames are not yet coloured by
-//     their delta: the flame graph encoders take no colour hook (see
-//     DeltaColour for the colours they should use).
+//   - svg, html: current's flame graph, each frame coloured by the change
+//     of its share (DeltaColour): grew red, shrank blue.
 //
 // title heads the flame graphs.
 func WriteDiff(w io.Writer, d *Profile, f Format, title string) error {
@@ -122,9 +121,10 @@ func WriteDiff(w io.Writer, d *Profile, f Format, title string) error {
 			return fmt.Errorf("encode diff tree as json: %w", err)
 		}
 		return nil
-	case FormatSVG, FormatHTML:
-		_, current := SplitDiff(d)
-		return Write(w, current, f, title)
+	case FormatSVG:
+		return WriteSVG(w, d.DiffTree().flame(), title)
+	case FormatHTML:
+		return WriteHTML(w, d.DiffTree().flame(), title)
 	}
 	return fmt.Errorf("unknown format %q", f)
 }
@@ -279,4 +279,31 @@ func DeltaColour(delta, maxDelta float64) string {
 		return fmt.Sprintf("#%02x%02xff", v, v)
 	}
 	return "#ffffff"
+}
+
+// flame turns a diff tree into a flame graph of the current samples whose
+// frames are filled by their change in share; frames absent from the
+// current profile have no width and are left out.
+func (n *DiffNode) flame() *Node {
+	var maxDelta float64
+	var walk func(d *DiffNode)
+	walk = func(d *DiffNode) {
+		maxDelta = math.Max(maxDelta, math.Abs(d.Delta(n.Base, n.Current)))
+		for _, c := range d.Children {
+			walk(c)
+		}
+	}
+	walk(n)
+	var build func(d *DiffNode) *Node
+	build = func(d *DiffNode) *Node {
+		out := &Node{Name: d.Name, Kind: d.Kind, Module: d.Module, File: d.File, Line: d.Line,
+			Self: d.Self, Total: d.Current, Fill: DeltaColour(d.Delta(n.Base, n.Current), maxDelta)}
+		for _, c := range d.Children {
+			if c.Current > 0 {
+				out.Children = append(out.Children, build(c))
+			}
+		}
+		return out
+	}
+	return build(n)
 }

@@ -214,3 +214,36 @@ func TestDeltaColour(t *testing.T) {
 		}
 	}
 }
+
+func TestDiffFlameColoursByChange(t *testing.T) {
+	grew := &Location{Frames: []symbol.Frame{{Function: "grew"}}}
+	shrank := &Location{Frames: []symbol.Frame{{Function: "shrank"}}}
+	sample := func(l *Location, n int64) *Sample {
+		return &Sample{Stack: []*Location{l}, Count: n, Labels: map[string]string{LabelComm: "app"}}
+	}
+	base := &Profile{Samples: []*Sample{sample(grew, 10), sample(shrank, 90)}}
+	current := &Profile{Samples: []*Sample{sample(grew, 90), sample(shrank, 10)}}
+	root := Diff(base, current).DiffTree().flame()
+	fills := map[string]string{}
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		fills[n.Name] = n.Fill
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	if !strings.HasPrefix(fills["grew"], "#ff") || fills["grew"] == "#ffffff" {
+		t.Errorf("grew is %s, want red", fills["grew"])
+	}
+	if !strings.HasSuffix(fills["shrank"], "ff") || fills["shrank"] == "#ffffff" {
+		t.Errorf("shrank is %s, want blue", fills["shrank"])
+	}
+	var svg strings.Builder
+	if err := WriteDiff(&svg, Diff(base, current), FormatSVG, "diff"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(svg.String(), fills["grew"]) {
+		t.Error("SVG does not use the diff colours")
+	}
+}

@@ -84,14 +84,17 @@ const (
 
 // Node is a node of the call tree: a frame reached by one path from the root.
 type Node struct {
-	Name     string    `json:"name"`
-	Kind     FrameKind `json:"kind"`
-	Module   string    `json:"module,omitempty"`
-	File     string    `json:"file,omitempty"`
-	Line     int       `json:"line,omitempty"`
-	Self     int64     `json:"self"`
-	Total    int64     `json:"total"`
-	Children []*Node   `json:"children,omitempty"`
+	Name   string    `json:"name"`
+	Kind   FrameKind `json:"kind"`
+	Module string    `json:"module,omitempty"`
+	File   string    `json:"file,omitempty"`
+	Line   int       `json:"line,omitempty"`
+	Self   int64     `json:"self"`
+	Total  int64     `json:"total"`
+	// Fill, when set, overrides the colour scheme: a diff flame graph
+	// colours frames by their change.
+	Fill     string  `json:"fill,omitempty"`
+	Children []*Node `json:"children,omitempty"`
 }
 
 // Tree builds the call tree: the root "all", one child per process name,

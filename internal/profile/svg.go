@@ -265,6 +265,9 @@ func xmlEscape(s string) string {
 // reads as one family, varied in lightness per function; inlined frames
 // aqua; kernel frames ochre; processes and the root grey.
 func frameColour(n *Node) string {
+	if n.Fill != "" {
+		return n.Fill
+	}
 	h, s, l := frameHSL(n)
 	return hslHex(h, s, l)
 }

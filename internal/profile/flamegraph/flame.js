@@ -94,6 +94,7 @@
     return [(350 + 38 * u(pkg, 0)) % 360, 75 + 15 * u(fn, 0), 55 + 10 * u(fn, 8)];
   }
   function colour(n) {
+    if (!n.c && n.fill) n.c = n.fill; // diff graphs colour frames by change
     if (!n.c) {
       var c = hsl(n);
       n.c = "hsl(" + c[0].toFixed(1) + "," + c[1].toFixed(1) + "%," + c[2].toFixed(1) + "%)";
