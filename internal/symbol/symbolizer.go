@@ -3,6 +3,7 @@ package symbol
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ type Symbolizer struct {
 	mu       sync.Mutex
 	files    map[proc.FileKey]*file
 	names    map[nameKey][]Frame
+	round    uint64 // Trim rounds so far
 	kernel   *KernelTable
 	kernErr  error
 	kernDone bool
@@ -37,11 +39,13 @@ type Stats struct {
 // file is a mapped file: a handle taken while a process mapped it, parsed
 // on first use.
 type file struct {
-	path   string
-	handle *os.File
-	bin    *Binary
-	err    error
-	parsed bool
+	path    string
+	handle  *os.File
+	bin     *Binary
+	err     error
+	parsed  bool
+	buildID *string // read on its own when asked before the tables
+	used    uint64  // last Trim round that named an address in it
 }
 
 type nameKey struct {
@@ -77,6 +81,7 @@ func (s *Symbolizer) Learn(p *proc.Process) {
 		f.handle, f.err = proc.Open(p.PID, m)
 		s.mu.Lock()
 		if _, known := s.files[m.Key()]; !known {
+			f.used = s.round
 			s.files[m.Key()] = f
 		} else if f.handle != nil {
 			f.handle.Close()
@@ -165,6 +170,7 @@ func (s *Symbolizer) binary(k proc.FileKey) *Binary {
 	if f == nil {
 		return nil
 	}
+	f.used = s.round
 	if !f.parsed {
 		f.parsed = true
 		if f.err == nil {
@@ -178,14 +184,64 @@ func (s *Symbolizer) binary(k proc.FileKey) *Binary {
 	return f.bin
 }
 
-// BuildID returns the build ID of a learned file, "" if unknown.
+// BuildID returns the build ID of a learned file, "" if unknown. It reads
+// only the notes unless the file's tables are parsed already.
 func (s *Symbolizer) BuildID(k proc.FileKey) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bin := s.binary(k); bin != nil {
-		return bin.BuildID
+	f := s.files[k]
+	switch {
+	case f == nil:
+		return ""
+	case f.bin != nil:
+		return f.bin.BuildID
+	case f.buildID == nil:
+		id := ""
+		if f.handle != nil {
+			if e, err := elf.NewFile(f.handle); err == nil {
+				id = BuildID(e)
+			}
+		}
+		f.buildID = &id
 	}
-	return ""
+	return *f.buildID
+}
+
+// maxNames bounds the address cache; past it the cache starts over.
+const maxNames = 1 << 20
+
+// Trim releases the files no address was named in for the last rounds, so
+// a long-running caller does not keep every binary it ever saw (on a build
+// machine, a new one every few seconds). A file still mapped by a live
+// process is opened again when next needed. The agent calls it once a
+// window.
+func (s *Symbolizer) Trim() {
+	const keepRounds = 3
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.round++
+	dropped := map[proc.FileKey]bool{}
+	for k, f := range s.files {
+		if f.used+keepRounds > s.round {
+			continue
+		}
+		if f.handle != nil {
+			f.handle.Close()
+		}
+		delete(s.files, k)
+		dropped[k] = true
+	}
+	if len(dropped) > 0 {
+		for nk := range s.names {
+			if dropped[nk.file] {
+				delete(s.names, nk)
+			}
+		}
+	}
+	if len(s.names) > maxNames {
+		s.names = map[nameKey][]Frame{}
+	}
+	s.perfMaps = map[*proc.Process]*PerfMap{} // JIT maps change: read anew
 }
 
 // moduleName is the short name of a mapping for unnamed frames.

@@ -1,0 +1,65 @@
+package symbol
+
+import (
+	"os"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/flint-dev/flint/internal/proc"
+)
+
+// ownPC returns an address inside this function and its name as Go's
+// runtime gives it.
+func ownPC() (uint64, string) {
+	pc, _, _, _ := runtime.Caller(0)
+	return uint64(pc), runtime.FuncForPC(pc).Name()
+}
+
+func TestSymbolizerNamesOwnProcess(t *testing.T) {
+	p, err := proc.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	defer s.Close()
+	s.Learn(p)
+	pc, want := ownPC()
+	frames, m := s.User(p, pc, false)
+	if m == nil || len(frames) == 0 || frames[len(frames)-1].Function != want {
+		t.Fatalf("User(%#x) = %+v in %+v, want %s", pc, frames, m, want)
+	}
+	if !strings.HasSuffix(frames[0].File, "symbolizer_test.go") || frames[0].Line == 0 {
+		t.Errorf("frame %+v lacks file:line", frames[0])
+	}
+	if id := s.BuildID(m.Key()); id == "" {
+		t.Error("no build ID for the test binary")
+	}
+
+	// Unused for three rounds, the binary is released; naming it again
+	// opens it anew and gives the same frames.
+	for range 3 {
+		s.Trim()
+	}
+	if len(s.files) != 0 || len(s.names) != 0 {
+		t.Fatalf("after Trim: %d files, %d names kept", len(s.files), len(s.names))
+	}
+	again, _ := s.User(p, pc, false)
+	if !reflect.DeepEqual(again, frames) {
+		t.Errorf("after Trim: %+v, want %+v", again, frames)
+	}
+	if st := s.Stats(); st.BinariesParsed != 2 {
+		t.Errorf("%d binaries parsed, want 2 (before and after Trim)", st.BinariesParsed)
+	}
+}
+
+func TestSymbolizerUnknownAddress(t *testing.T) {
+	s := New()
+	defer s.Close()
+	p := &proc.Process{PID: os.Getpid()}
+	frames, m := s.User(p, 0x1234, false)
+	if m != nil || len(frames) != 1 || frames[0].Function != "[unknown]" {
+		t.Errorf("User(unmapped) = %+v, %+v", frames, m)
+	}
+}
