@@ -120,7 +120,7 @@ func (f formatFlag) Set(s string) error {
 }
 
 func parseRecord(args []string) (*RecordConfig, error) {
-	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.Aggregate}
+	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer}
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	// Errors are reported once, in one line, by main; -h prints the flags.
 	fs.SetOutput(io.Discard)
@@ -142,7 +142,7 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	}
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")
-	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate (in-kernel maps) or ringbuf (for benchmarks)")
+	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: ringbuf, or aggregate (in-kernel maps; for benchmarks)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")

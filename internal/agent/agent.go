@@ -59,7 +59,7 @@ func DefaultOptions() Options {
 		Retention: 7 * 24 * time.Hour,
 		MaxSize:   1 << 30,
 		Listen:    "127.0.0.1:7070",
-		Transfer:  sampler.Aggregate,
+		Transfer:  sampler.RingBuffer,
 	}
 }
 

@@ -373,12 +373,13 @@ func TestRecordShortLivedProcesses(t *testing.T) {
 	checkSplit(t, p, func(s *profile.Sample) bool { return s.Labels[profile.LabelComm] == "spinshort" }, cFuncs, "main")
 }
 
-// TestRecordRingBuffer checks the ring buffer transfer gives the same result.
-func TestRecordRingBuffer(t *testing.T) {
+// TestRecordAggregate checks the in-kernel aggregation transfer gives the
+// same result as the default ring buffer.
+func TestRecordAggregate(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	cmd := startFixture(t, fx["go"], "-d", "30")
-	p := record(t, RecordOptions{PID: cmd.Process.Pid, Transfer: sampler.RingBuffer})
+	p := record(t, RecordOptions{PID: cmd.Process.Pid, Transfer: sampler.Aggregate})
 	checkSplit(t, p, byPID(cmd.Process.Pid), goFuncs, "main.main")
 }
 

@@ -62,7 +62,8 @@ type Options struct {
 	PID int
 	// KernelStacks records kernel frames too.
 	KernelStacks bool
-	// Transfer picks the kernel-to-user path; zero means Aggregate.
+	// Transfer picks the kernel-to-user path; zero means RingBuffer, the
+	// cheaper here (docs/BENCHMARKS.md).
 	Transfer Transfer
 	// MaxStacks bounds distinct stacks (and distinct sample keys) held in
 	// the kernel between drains; zero means 16384. Each costs ~1 KiB of
@@ -121,7 +122,7 @@ type Sampler struct {
 // Start loads the BPF program and starts sampling on every online CPU.
 func Start(opts Options) (*Sampler, error) {
 	if opts.Transfer == "" {
-		opts.Transfer = Aggregate
+		opts.Transfer = RingBuffer
 	}
 	if opts.MaxStacks == 0 {
 		opts.MaxStacks = 16384
