@@ -1,0 +1,243 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/selector"
+)
+
+// cpuTime is the CPU time (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWrite writes the workload's windows (see workload), made of
+// fresh objects as the agent's collector makes them, into a store whose
+// caches are warm, as in an agent that has run for a while. cpu-ns/op is
+// the process's CPU time per window, which is what the agent's budget
+// counts; it includes SQLite's automatic WAL checkpoints.
+func BenchmarkWrite(b *testing.B) {
+	s := openTest(b, b.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	windows := make([]*profile.Profile, 720) // 2 h, then repeated later
+	for i := range windows {
+		windows[i] = agentLike(wl.window(i))
+	}
+	write(b, s, windows[:10]...)
+	var samples int64
+	for _, smp := range windows[0].Samples {
+		samples += smp.Count
+	}
+	b.ReportAllocs()
+	ctx := context.Background()
+	i := 10
+	cpu := cpuTime()
+	for b.Loop() {
+		p := *windows[i%len(windows)]
+		p.Start = t0.Add(time.Duration(i) * wlWindow)
+		if err := s.Write(ctx, &p); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(len(windows[0].Samples)), "pairs/window")
+}
+
+// BenchmarkWriteCold writes windows as the first window after a restart:
+// with empty caches, every label set, stack, location, function and
+// mapping is looked up in the database.
+func BenchmarkWriteCold(b *testing.B) {
+	s := openTest(b, b.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	windows := make([]*profile.Profile, 60)
+	for i := range windows {
+		windows[i] = agentLike(wl.window(i))
+	}
+	write(b, s, windows...)
+	b.ReportAllocs()
+	ctx := context.Background()
+	i := len(windows)
+	var cpu time.Duration
+	for b.Loop() {
+		s.mu.Lock()
+		s.w.resetCaches()
+		s.mu.Unlock()
+		p := *windows[i%len(windows)]
+		p.Start = t0.Add(time.Duration(i) * wlWindow)
+		c := cpuTime()
+		if err := s.Write(ctx, &p); err != nil {
+			b.Fatal(err)
+		}
+		cpu += cpuTime() - c
+		i++
+	}
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// The 24 h dataset: 8640 windows of the workload, generated once per test
+// binary run into a temporary directory that TestMain removes.
+var dataset struct {
+	once    sync.Once
+	dir     string
+	err     error
+	bytes   int64 // of flint.db after a checkpoint
+	samples int64 // sum of counts
+	pairs   int64 // (labels, stack, count) triples written
+	gen     time.Duration
+}
+
+const datasetWindows = 8640
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		crashChild()
+		return
+	}
+	code := m.Run()
+	if dataset.dir != "" {
+		os.RemoveAll(dataset.dir)
+	}
+	os.Exit(code)
+}
+
+func dataset24h(b *testing.B) string {
+	b.Helper()
+	dataset.once.Do(func() {
+		dataset.dir, dataset.err = os.MkdirTemp("", "flint-store-bench-")
+		if dataset.err != nil {
+			return
+		}
+		start := time.Now()
+		s, err := Open(dataset.dir, testOptions())
+		if err != nil {
+			dataset.err = err
+			return
+		}
+		wl := newWorkload(t0)
+		ctx := context.Background()
+		for i := range datasetWindows {
+			p := agentLike(wl.window(i))
+			for _, smp := range p.Samples {
+				dataset.samples += smp.Count
+			}
+			dataset.pairs += int64(len(p.Samples))
+			if err := s.Write(ctx, p); err != nil {
+				dataset.err = err
+				s.Close()
+				return
+			}
+		}
+		// Leave the data in the main file, as a long-running agent's
+		// checkpoints do.
+		s.mu.Lock()
+		s.w.conn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		s.mu.Unlock()
+		if dataset.err = s.Close(); dataset.err != nil {
+			return
+		}
+		fi, err := os.Stat(filepath.Join(dataset.dir, DBFile))
+		if err != nil {
+			dataset.err = err
+			return
+		}
+		dataset.bytes = fi.Size()
+		dataset.gen = time.Since(start)
+	})
+	if dataset.err != nil {
+		b.Fatal(dataset.err)
+	}
+	b.Logf("24 h dataset: %d windows, %d samples, %d (labels, stack) pairs, %d bytes (%.2f B/sample, %.1f B/pair), generated in %s",
+		datasetWindows, dataset.samples, dataset.pairs, dataset.bytes,
+		float64(dataset.bytes)/float64(dataset.samples), float64(dataset.bytes)/float64(dataset.pairs), dataset.gen.Round(time.Second))
+	return dataset.dir
+}
+
+func benchmarkProfile(b *testing.B, span time.Duration) {
+	dir := dataset24h(b)
+	s := openTest(b, dir, testOptions())
+	from := t0
+	if span < 24*time.Hour {
+		from = t0.Add(12 * time.Hour) // the middle of the day
+	}
+	tests := []struct {
+		name string
+		q    Query
+	}{
+		{"all-labels", Query{}},
+		{"keep-comm", Query{KeepLabels: []string{"comm"}}},
+		{"pod-selector", Query{Selector: mustParseB(b, `{pod=~"svc1-.*"}`), KeepLabels: []string{"comm"}}},
+	}
+	for _, tt := range tests {
+		b.Run(tt.name, func(b *testing.B) {
+			q := tt.q
+			q.From, q.To = from, from.Add(span)
+			var n int
+			cpu := cpuTime()
+			for b.Loop() {
+				p, err := s.Profile(context.Background(), q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(p.Samples)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(n), "samples")
+			b.ReportMetric(float64(dataset.bytes)/float64(dataset.samples), "disk-B/sample")
+		})
+	}
+}
+
+func mustParseB(b *testing.B, text string) selector.Selector {
+	b.Helper()
+	sel, err := selector.Parse(text)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sel
+}
+
+func BenchmarkProfile1h(b *testing.B)  { benchmarkProfile(b, time.Hour) }
+func BenchmarkProfile24h(b *testing.B) { benchmarkProfile(b, 24*time.Hour) }
+
+func BenchmarkSeries24h(b *testing.B) {
+	s := openTest(b, dataset24h(b), testOptions())
+	for _, by := range []string{"comm", "pid"} {
+		b.Run(by, func(b *testing.B) {
+			q := SeriesQuery{Query: Query{From: t0, To: t0.Add(24 * time.Hour)}, By: by, Step: 5 * time.Minute}
+			var n int
+			cpu := cpuTime()
+			for b.Loop() {
+				ss, err := s.Series(context.Background(), q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(ss)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(n), "series")
+		})
+	}
+}
+
+func BenchmarkLabelValues24h(b *testing.B) {
+	s := openTest(b, dataset24h(b), testOptions())
+	cpu := cpuTime()
+	for b.Loop() {
+		// A fresh store each time would measure the label cache cold; the
+		// server keeps one store, so warm is what users see.
+		if _, err := s.LabelValues(context.Background(), "pod", t0, t0.Add(24*time.Hour)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}

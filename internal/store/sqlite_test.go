@@ -1,0 +1,732 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/selector"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// testOptions are DefaultOptions without the background goroutine, so
+// tests decide when to compact.
+func testOptions() Options {
+	o := DefaultOptions()
+	o.CompactInterval = 0
+	return o
+}
+
+func openTest(t testing.TB, dir string, o Options) *SQLite {
+	t.Helper()
+	s, err := Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func write(t testing.TB, s *SQLite, ps ...*profile.Profile) {
+	t.Helper()
+	for _, p := range ps {
+		if err := s.Write(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func query(t testing.TB, s *SQLite, q Query) *profile.Profile {
+	t.Helper()
+	p, err := s.Profile(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// handmade returns a window with what the store must keep exactly: inlined
+// frames, kernel and unmapped locations, build IDs, empty label values, a
+// location without frames, an empty stack, duplicate samples and
+// addresses with the top bit set.
+func handmade(start time.Time) *profile.Profile {
+	exe := &profile.Mapping{Start: 0x55d0c0000000, Limit: 0x55d0c0400000, Offset: 0x1000, File: "/app/server", BuildID: "0123456789abcdef0123456789abcdef01234567"}
+	exe2 := &profile.Mapping{Start: 0x55d0c0000000, Limit: 0x55d0c0400000, Offset: 0x1000, File: "/app/server", BuildID: "0123456789abcdef0123456789abcdef01234567"}
+	kern := &profile.Mapping{File: "[kernel.kallsyms]", Kernel: true}
+	mod := &profile.Mapping{File: "[nvme]", Kernel: true}
+	inlined := &profile.Location{Address: 0x55d0c0001234, Mapping: exe, Frames: []symbol.Frame{
+		{Function: "strings.IndexByte", File: "/usr/local/go/src/strings/strings.go", Line: 115},
+		{Function: "net/http.parseHeader", File: "/usr/local/go/src/net/http/header.go", Line: 77},
+		{Function: "net/http.(*conn).readRequest", File: "/usr/local/go/src/net/http/server.go", Line: 1012},
+	}}
+	main := &profile.Location{Address: 0x55d0c0000100, Mapping: exe2, Frames: []symbol.Frame{{Function: "main.main", File: "/src/main.go", Line: 12}}}
+	sys := &profile.Location{Address: 0xffffffff8a201234, Mapping: kern, Frames: []symbol.Frame{{Function: "do_syscall_64"}}}
+	nvme := &profile.Location{Address: 0xffffffffc0a01000, Mapping: mod, Frames: []symbol.Frame{{Function: "nvme_queue_rq"}}}
+	unknown := &profile.Location{Address: 0x7ffd1234, Frames: []symbol.Frame{{Function: "[unknown]"}}}
+	noFrames := &profile.Location{Address: 0x42, Mapping: exe}
+	a := map[string]string{"comm": "server", "pid": "42", "thread": "worker-1", "pod": "web-1", "container": "abc", "build_id": exe.BuildID}
+	b := map[string]string{"comm": "server", "pid": "42", "thread": "gc", "pod": "web-1", "container": "abc", "build_id": exe.BuildID}
+	c := map[string]string{"comm": "kworker/0:1", "pid": "7", "pod": "", "container": "", "node": "n1"}
+	a2 := maps.Clone(a) // equal content in another map
+	return &profile.Profile{Start: start, Duration: 10 * time.Second, Period: time.Second / 99, Samples: []*profile.Sample{
+		{Stack: []*profile.Location{sys, inlined, main}, Count: 5, Labels: a},
+		{Stack: []*profile.Location{sys, inlined, main}, Count: 3, Labels: a2},
+		{Stack: []*profile.Location{inlined, main}, Count: 7, Labels: b},
+		{Stack: []*profile.Location{nvme, sys}, Count: 11, Labels: c},
+		{Stack: []*profile.Location{unknown, noFrames, main}, Count: 1, Labels: a},
+		{Stack: nil, Count: 2, Labels: c},
+		{Stack: []*profile.Location{main}, Count: 0, Labels: c}, // dropped
+		{Stack: []*profile.Location{main}, Count: 4, Labels: nil},
+	}}
+}
+
+func TestRoundTrip(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	var ps []*profile.Profile
+	for i := range 30 {
+		p := wl.window(i)
+		if i == 5 {
+			p = handmade(p.Start)
+		}
+		ps = append(ps, p)
+	}
+	write(t, s, ps...)
+	tests := []struct {
+		name     string
+		from, to int // window indexes
+	}{
+		{"one window", 0, 1},
+		{"handmade", 5, 6},
+		{"several", 3, 17},
+		{"all", 0, 30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := Query{From: t0.Add(time.Duration(tt.from) * wlWindow), To: t0.Add(time.Duration(tt.to) * wlWindow)}
+			got := query(t, s, q)
+			var want []*profile.Sample
+			for _, p := range ps[tt.from:tt.to] {
+				for _, smp := range p.Samples {
+					if smp.Count > 0 {
+						want = append(want, smp)
+					}
+				}
+			}
+			if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+				t.Error(diff)
+			}
+			if !got.Start.Equal(q.From) || got.Duration != q.To.Sub(q.From) || got.Period != wlPeriod {
+				t.Errorf("got start %v duration %v period %v, want %v %v %v", got.Start, got.Duration, got.Period, q.From, q.To.Sub(q.From), wlPeriod)
+			}
+			// Merged: one sample per distinct (stack, labels).
+			if n := len(canonical(got.Samples)); n != len(got.Samples) {
+				t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
+			}
+		})
+	}
+}
+
+// compare describes how two canonical profiles differ, or returns "".
+func compare(got, want map[string]int64) string {
+	var diffs []string
+	for k, w := range want {
+		if g := got[k]; g != w {
+			diffs = append(diffs, fmt.Sprintf("count %d, want %d: %.300s", g, w, k))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("unexpected count %d: %.300s", g, k))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 5 {
+		diffs = append(diffs[:5], fmt.Sprintf("… and %d more", len(diffs)-5))
+	}
+	return fmt.Sprintf("%d differences:\n%s", len(diffs), strings.Join(diffs, "\n"))
+}
+
+// filter applies a selector and KeepLabels to input samples, as the store
+// should.
+func filter(ps []*profile.Profile, sel selector.Selector, keepLabels []string) []*profile.Sample {
+	var out []*profile.Sample
+	for _, p := range ps {
+		for _, s := range p.Samples {
+			if s.Count <= 0 || !sel.Matches(s.Labels) {
+				continue
+			}
+			out = append(out, &profile.Sample{Stack: s.Stack, Count: s.Count, Labels: keep(s.Labels, keepLabels)})
+		}
+	}
+	return out
+}
+
+func TestSelectorAndKeepLabels(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	var ps []*profile.Profile
+	for i := range 20 {
+		ps = append(ps, wl.window(i))
+	}
+	ps = append(ps, handmade(t0.Add(20*wlWindow)))
+	write(t, s, ps...)
+	tests := []struct {
+		selector string
+		keep     []string
+		wantNone bool
+	}{
+		{selector: ""},
+		{selector: `{comm="svc1"}`},
+		{selector: `{comm="svc1"}`, keep: []string{"comm"}},
+		{selector: `{pod=~"svc2-.*",thread!="worker-0"}`, keep: []string{"pod", "thread"}},
+		{selector: `{pod=""}`, keep: []string{"comm", "pod"}},
+		{selector: `{container!~".+"}`},
+		{selector: `{comm="server"}`, keep: []string{}},
+		{selector: "", keep: []string{"comm", "no_such_label"}},
+		{selector: `{comm="nobody"}`, wantNone: true},
+		{selector: `{node="n1"}`, keep: []string{"node"}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s keep %q", tt.selector, tt.keep), func(t *testing.T) {
+			sel, err := selector.Parse(tt.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := Query{From: t0, To: t0.Add(time.Hour), Selector: sel, KeepLabels: tt.keep}
+			got := query(t, s, q)
+			want := filter(ps, sel, tt.keep)
+			if tt.wantNone != (len(want) == 0) {
+				t.Fatalf("test expects none: %v, but %d samples match", tt.wantNone, len(want))
+			}
+			if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+				t.Error(diff)
+			}
+			if n := len(canonical(got.Samples)); n != len(got.Samples) {
+				t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
+			}
+		})
+	}
+}
+
+func TestSeries(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	// Windows every 10 s; window i has i+1 samples of comm "a" and 1 of "b"
+	// (none of b when i%3 == 0), and one without a comm.
+	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+	for i := range 12 {
+		p := &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Duration: wlWindow, Period: wlPeriod}
+		p.Samples = append(p.Samples,
+			&profile.Sample{Stack: []*profile.Location{loc}, Count: int64(i + 1), Labels: map[string]string{"comm": "a", "pid": "1"}},
+			&profile.Sample{Stack: []*profile.Location{loc}, Count: 100, Labels: map[string]string{"pid": "3"}})
+		if i%3 != 0 {
+			p.Samples = append(p.Samples, &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: map[string]string{"comm": "b", "pid": "2"}})
+		}
+		write(t, s, p)
+	}
+	pts := func(step time.Duration, from time.Time, ns ...int64) []Point {
+		var out []Point
+		for i, n := range ns {
+			out = append(out, Point{Time: from.Add(time.Duration(i) * step), Samples: n})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		q    SeriesQuery
+		want []Series
+	}{
+		{"by comm, 30 s", SeriesQuery{Query: Query{From: t0, To: t0.Add(2 * time.Minute)}, By: "comm", Step: 30 * time.Second}, []Series{
+			{Value: "", Points: pts(30*time.Second, t0, 300, 300, 300, 300)},
+			{Value: "a", Points: pts(30*time.Second, t0, 1+2+3, 4+5+6, 7+8+9, 10+11+12)},
+			{Value: "b", Points: pts(30*time.Second, t0, 2, 2, 2, 2)},
+		}},
+		{"selector, partial last step", SeriesQuery{Query: Query{From: t0.Add(10 * time.Second), To: t0.Add(75 * time.Second), Selector: mustParse(t, `{comm=~"a|b"}`)}, By: "comm", Step: 20 * time.Second}, []Series{
+			{Value: "a", Points: pts(20*time.Second, t0.Add(10*time.Second), 2+3, 4+5, 6+7, 8)},
+			{Value: "b", Points: pts(20*time.Second, t0.Add(10*time.Second), 2, 1, 1, 1)},
+		}},
+		{"no by", SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Minute)}, Step: time.Minute}, []Series{
+			{Value: "", Points: pts(time.Minute, t0, 21+4+600)},
+		}},
+		{"nothing in range", SeriesQuery{Query: Query{From: t0.Add(-time.Hour), To: t0}, By: "comm", Step: time.Minute}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := s.Series(context.Background(), tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func mustParse(t *testing.T, text string) selector.Selector {
+	t.Helper()
+	sel, err := selector.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
+}
+
+func TestLabels(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+	sample := func(labels map[string]string) *profile.Sample {
+		return &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: labels}
+	}
+	write(t, s,
+		&profile.Profile{Start: t0, Samples: []*profile.Sample{
+			sample(map[string]string{"comm": "a", "pod": "p1"}),
+			sample(map[string]string{"comm": "b", "pod": ""}),
+		}},
+		&profile.Profile{Start: t0.Add(time.Hour), Samples: []*profile.Sample{
+			sample(map[string]string{"comm": "c", "node": "n"}),
+		}},
+	)
+	ctx := context.Background()
+	tests := []struct {
+		name       string
+		from, to   time.Time
+		names      []string
+		commValues []string
+	}{
+		{"first", t0, t0.Add(time.Minute), []string{"comm", "pod"}, []string{"a", "b"}},
+		{"second", t0.Add(time.Minute), t0.Add(2 * time.Hour), []string{"comm", "node"}, []string{"c"}},
+		{"both", t0, t0.Add(2 * time.Hour), []string{"comm", "node", "pod"}, []string{"a", "b", "c"}},
+		{"none", t0.Add(-time.Hour), t0, []string{}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			names, err := s.LabelNames(ctx, tt.from, tt.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(names, tt.names) {
+				t.Errorf("names %q, want %q", names, tt.names)
+			}
+			values, err := s.LabelValues(ctx, "comm", tt.from, tt.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(values, tt.commValues) {
+				t.Errorf("comm values %q, want %q", values, tt.commValues)
+			}
+		})
+	}
+}
+
+func TestQueryErrors(t *testing.T) {
+	o := testOptions()
+	o.MaxQueryRange = 24 * time.Hour
+	o.MaxStacks = 100
+	o.MaxSeriesPoints = 1000
+	s := openTest(t, t.TempDir(), o)
+	wl := newWorkload(t0)
+	write(t, s, wl.window(0), wl.window(1))
+	ctx := context.Background()
+	hour := Query{From: t0, To: t0.Add(time.Hour)}
+	tests := []struct {
+		name string
+		run  func() error
+		want error
+	}{
+		{"inverted", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(-1)}); return err }, ErrBadQuery},
+		{"empty", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0}); return err }, ErrBadQuery},
+		{"no start", func() error { _, err := s.Profile(ctx, Query{To: t0}); return err }, ErrBadQuery},
+		{"too long", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(25 * time.Hour)}); return err }, ErrTooLarge},
+		{"too many stacks", func() error { _, err := s.Profile(ctx, hour); return err }, ErrTooLarge},
+		{"few enough stacks", func() error {
+			_, err := s.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour), Selector: mustParse(t, `{pid="1001"}`)})
+			return err
+		}, nil},
+		{"zero step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm"}); return err }, ErrBadQuery},
+		{"negative step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, Step: -time.Second}); return err }, ErrBadQuery},
+		{"too many steps", func() error {
+			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Second})
+			return err
+		}, ErrTooLarge},
+		{"too many series", func() error {
+			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "pid", Step: time.Minute})
+			return err
+		}, ErrTooLarge},
+		{"few enough series", func() error {
+			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Minute})
+			return err
+		}, nil},
+		{"label range", func() error { _, err := s.LabelNames(ctx, t0, t0); return err }, ErrBadQuery},
+		{"label values range", func() error { _, err := s.LabelValues(ctx, "comm", t0, t0.Add(48*time.Hour)); return err }, ErrTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.run()
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("message is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestLocked(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, testOptions())
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: got %v, want ErrLocked", err)
+	}
+	for _, want := range []string{dir, "pid " + strconv.Itoa(os.Getpid())} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := s.Write(context.Background(), newWorkload(t0).window(0)); err == nil {
+		t.Error("write after close succeeded")
+	}
+	s2, err := Open(dir, testOptions())
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	s2.Close()
+}
+
+func TestSchemaVersion(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, testOptions())
+	write(t, s, newWorkload(t0).window(0))
+	s.Close()
+	db, err := sql.Open("sqlite", filepath.Join(dir, DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE meta SET value = '99' WHERE key = 'schema_version'`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, err = Open(dir, testOptions())
+	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "99") {
+		t.Fatalf("got %v, want ErrNewerSchema naming version 99", err)
+	}
+	// The failed open released the lock.
+	if _, err := Open(dir, testOptions()); errors.Is(err, ErrLocked) {
+		t.Fatal("failed open kept the lock")
+	}
+
+	other := t.TempDir()
+	db, err = sql.Open("sqlite", filepath.Join(other, DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE t (x)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(other, testOptions()); err == nil || !strings.Contains(err.Error(), "not flint's") {
+		t.Fatalf("opening a foreign database: got %v", err)
+	}
+}
+
+// TestWriteOutOfOrder writes windows in shuffled time order, far apart, so
+// the label sets' first/last spans must widen both ways.
+func TestWriteOutOfOrder(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	order := []int{500, 3, 900, 0, 2000, 1, 450}
+	ps := map[int]*profile.Profile{}
+	for _, i := range order {
+		ps[i] = wl.window(i)
+		write(t, s, ps[i])
+	}
+	for _, i := range order {
+		q := Query{From: ps[i].Start, To: ps[i].Start.Add(wlWindow)}
+		if diff := compare(canonical(query(t, s, q).Samples), canonical(ps[i].Samples)); diff != "" {
+			t.Errorf("window %d: %s", i, diff)
+		}
+	}
+}
+
+// TestFailedWriteKeepsCaches checks that a write rolled back after storing
+// new items does not leave their ids in the caches.
+func TestFailedWriteKeepsCaches(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	fresh := &profile.Location{Address: 0xdead, Frames: []symbol.Frame{{Function: "fresh", File: "fresh.go", Line: 1}}}
+	labels := map[string]string{"comm": "new"}
+	bad := &profile.Profile{Start: t0, Samples: []*profile.Sample{
+		{Stack: []*profile.Location{fresh}, Count: 1, Labels: labels},
+		{Stack: []*profile.Location{fresh}, Count: -1, Labels: labels},
+	}}
+	if err := s.Write(context.Background(), bad); err == nil {
+		t.Fatal("write with a negative count succeeded")
+	}
+	good := &profile.Profile{Start: t0, Samples: bad.Samples[:1]}
+	write(t, s, good)
+	got := query(t, s, Query{From: t0, To: t0.Add(time.Second)})
+	if diff := compare(canonical(got.Samples), canonical(good.Samples)); diff != "" {
+		t.Error(diff)
+	}
+}
+
+// TestCacheEviction writes more distinct items than the caches hold.
+func TestCacheEviction(t *testing.T) {
+	s := openTest(t, t.TempDir(), testOptions())
+	s.w.stacks.max, s.w.locations.max, s.w.funcs.max, s.w.labelsets.max, s.w.mappings.max = 8, 8, 8, 8, 8
+	wl := newWorkload(t0)
+	var ps []*profile.Profile
+	for i := range 5 {
+		ps = append(ps, wl.window(i*400))
+		write(t, s, ps[i])
+	}
+	for _, p := range ps {
+		got := query(t, s, Query{From: p.Start, To: p.Start.Add(wlWindow)})
+		if diff := compare(canonical(got.Samples), canonical(p.Samples)); diff != "" {
+			t.Error(diff)
+		}
+	}
+	var stacks int
+	s.rdb.QueryRow(`SELECT count(*) FROM stacks`).Scan(&stacks)
+	if want := len(wl.stacks); stacks != want {
+		t.Errorf("%d stacks stored, want %d (duplicates after eviction?)", stacks, want)
+	}
+}
+
+func count(t *testing.T, s *SQLite, table string) int {
+	t.Helper()
+	var n int
+	if err := s.rdb.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRetentionByAge(t *testing.T) {
+	o := testOptions()
+	o.Retention = 2 * time.Hour
+	s := openTest(t, t.TempDir(), o)
+	wl := newWorkload(t0)
+	const n = 6 * 360 // 6 hours
+	for i := range n {
+		write(t, s, wl.window(i))
+	}
+	stacksBefore, labelsBefore := count(t, s, "stacks"), count(t, s, "labelsets")
+	now := t0.Add(n * wlWindow)
+	s.now = func() time.Time { return now }
+	if err := s.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := count(t, s, "windows"), 2*360; got != want {
+		t.Errorf("%d windows kept, want %d", got, want)
+	}
+	var oldest int64
+	s.rdb.QueryRow(`SELECT min(start) FROM windows`).Scan(&oldest)
+	if cutoff := now.Add(-o.Retention); time.Unix(0, oldest).Before(cutoff) {
+		t.Errorf("oldest window %v is before the cutoff %v", time.Unix(0, oldest).UTC(), cutoff)
+	}
+	// The first collection is due at once; stacks and pids older than
+	// 3 h (retention + slack) are gone.
+	stacks, labels := count(t, s, "stacks"), count(t, s, "labelsets")
+	if stacks >= stacksBefore || labels >= labelsBefore {
+		t.Errorf("collection kept %d of %d stacks and %d of %d label sets", stacks, stacksBefore, labels, labelsBefore)
+	}
+	var orphans int
+	s.rdb.QueryRow(`SELECT count(*) FROM mappings WHERE id NOT IN (SELECT mapping FROM locations)`).Scan(&orphans)
+	if orphans != 0 {
+		t.Errorf("%d unreferenced mappings", orphans)
+	}
+	// Everything kept reads back exactly, and writing stacks that were
+	// collected works (the caches forgot them).
+	for _, i := range []int{n - 2*360, n - 1} {
+		p := wl.window(i)
+		got := query(t, s, Query{From: p.Start, To: p.Start.Add(wlWindow)})
+		if diff := compare(canonical(got.Samples), canonical(p.Samples)); diff != "" {
+			t.Errorf("window %d: %s", i, diff)
+		}
+	}
+	old := wl.window(0)
+	old.Start = now
+	write(t, s, old)
+	got := query(t, s, Query{From: now, To: now.Add(wlWindow)})
+	if diff := compare(canonical(got.Samples), canonical(old.Samples)); diff != "" {
+		t.Errorf("rewritten window: %s", diff)
+	}
+	// Everything expired: the dictionaries empty out.
+	s.now = func() time.Time { return now.Add(30 * 24 * time.Hour) }
+	s.lastGC = time.Time{}
+	if err := s.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"windows", "samples", "stacks", "labelsets", "locations", "functions", "mappings"} {
+		if n := count(t, s, table); n != 0 {
+			t.Errorf("%d rows left in %s", n, table)
+		}
+	}
+}
+
+func TestRetentionBySize(t *testing.T) {
+	o := testOptions()
+	o.Retention = 0
+	o.MaxSize = 2 << 20
+	dir := t.TempDir()
+	s := openTest(t, dir, o)
+	wl := newWorkload(t0)
+	ctx := context.Background()
+	i := 0
+	for ; ; i++ {
+		write(t, s, wl.window(i))
+		if i%50 == 0 {
+			s.mu.Lock()
+			pageSize, pages, _, err := s.pages(ctx)
+			s.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pageSize*pages > 2*o.MaxSize {
+				break
+			}
+		}
+	}
+	last := i
+	if err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	size, err := s.diskSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size > o.MaxSize {
+		t.Errorf("files are %d bytes after compaction, limit %d", size, o.MaxSize)
+	}
+	kept := count(t, s, "windows")
+	if kept == 0 || kept > last {
+		t.Fatalf("%d of %d windows kept", kept, last+1)
+	}
+	t.Logf("%d bytes, %d of %d windows kept", size, kept, last+1)
+	// The newest windows are the ones kept.
+	var oldest int64
+	s.rdb.QueryRow(`SELECT min(start) FROM windows`).Scan(&oldest)
+	if want := wl.window(last - kept + 1).Start.UnixNano(); oldest != want {
+		t.Errorf("oldest kept window starts at %v, want %v", time.Unix(0, oldest).UTC(), time.Unix(0, want).UTC())
+	}
+	p := wl.window(last)
+	got := query(t, s, Query{From: p.Start, To: p.Start.Add(wlWindow)})
+	if diff := compare(canonical(got.Samples), canonical(p.Samples)); diff != "" {
+		t.Error(diff)
+	}
+	// Writing on keeps the files bounded.
+	for j := last + 1; j < last+400; j++ {
+		write(t, s, wl.window(j))
+		if j%100 == 0 {
+			if err := s.Compact(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if size, _ := s.diskSize(); size > o.MaxSize {
+		t.Errorf("files are %d bytes after more windows, limit %d", size, o.MaxSize)
+	}
+}
+
+func TestBackgroundCompaction(t *testing.T) {
+	o := testOptions()
+	o.Retention = time.Hour
+	o.CompactInterval = 10 * time.Millisecond
+	errs := make(chan error, 10)
+	o.OnCompactError = func(err error) { errs <- err }
+	s := openTest(t, t.TempDir(), o)
+	wl := newWorkload(time.Now().Add(-2 * time.Hour))
+	write(t, s, wl.window(0), wl.window(719))
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, s, "windows") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("background compaction did not drop the expired window")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("background compaction failed: %v", err)
+	default:
+	}
+}
+
+// TestConcurrent runs queries while windows are written and compacted.
+func TestConcurrent(t *testing.T) {
+	o := testOptions()
+	o.Retention = 10 * time.Minute
+	s := openTest(t, t.TempDir(), o)
+	wl := newWorkload(t0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 4)
+	for range 3 {
+		go func() {
+			for ctx.Err() == nil {
+				p, err := s.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour), KeepLabels: []string{"comm"}})
+				if err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+				// Every window is whole: totals are multiples of a window.
+				if err == nil && p.Total()%wlSamples != 0 {
+					errs <- fmt.Errorf("profile total %d is not whole windows", p.Total())
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := range 200 {
+		write(t, s, wl.window(i))
+		if i%20 == 0 {
+			now := wl.window(i).Start
+			s.now = func() time.Time { return now }
+			s.mu.Lock()
+			s.lastGC = time.Time{}
+			s.mu.Unlock()
+			if err := s.Compact(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cancel()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

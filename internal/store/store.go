@@ -1,0 +1,69 @@
+// Package store keeps profiles over time and answers queries over them.
+// The embedded backend is SQLite (one file, WAL); see docs/STORE.md for the
+// on-disk format.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/selector"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrTooLarge reports a query beyond the documented limits (range,
+	// distinct stacks, series points); the message says which.
+	ErrTooLarge = errors.New("query too large")
+	// ErrLocked reports a data directory already used by another agent.
+	ErrLocked = errors.New("data directory in use by another flint agent")
+	// ErrBadQuery reports an invalid query (empty or inverted range, bad step).
+	ErrBadQuery = errors.New("bad query")
+)
+
+// Store keeps profiles. Implementations are safe for concurrent use.
+type Store interface {
+	// Write stores one window: p.Start and p.Duration place it in time, and
+	// every sample carries its full label set.
+	Write(ctx context.Context, p *profile.Profile) error
+	// Profile merges the samples of windows starting in [q.From, q.To)
+	// whose labels match q.Selector. Sample labels keep only the labels
+	// named in q.KeepLabels (nil: all).
+	Profile(ctx context.Context, q Query) (*profile.Profile, error)
+	// Series counts samples per q.Step per value of the label q.By.
+	Series(ctx context.Context, q SeriesQuery) ([]Series, error)
+	// LabelNames lists the label names seen in [from, to).
+	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
+	// LabelValues lists the values of one label seen in [from, to).
+	LabelValues(ctx context.Context, name string, from, to time.Time) ([]string, error)
+	// Close flushes and releases the store; safe to call twice.
+	Close() error
+}
+
+// Query selects samples.
+type Query struct {
+	From, To   time.Time
+	Selector   selector.Selector
+	KeepLabels []string
+}
+
+// SeriesQuery selects samples and groups them over time.
+type SeriesQuery struct {
+	Query
+	By   string        // label to group by, e.g. "comm"
+	Step time.Duration // bucket width
+}
+
+// Series is one label value's samples over time.
+type Series struct {
+	Value  string  `json:"value"`
+	Points []Point `json:"points"`
+}
+
+// Point is the number of samples in one step.
+type Point struct {
+	Time    time.Time `json:"time"`
+	Samples int64     `json:"samples"`
+}

@@ -1,0 +1,508 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// lastSlack is how stale the first/last columns of stacks and label sets may
+// be. A Write updates last only when the window starts more than lastSlack
+// after it, so a stack used in every window costs one UPDATE an hour, not
+// one per window. Readers widen their time ranges by it.
+const lastSlack = int64(time.Hour)
+
+// Cache bounds, in entries. A location costs ~100 bytes of key and map
+// overhead, so the caches stay within a few tens of MB; a full cache loses
+// a random half, and the next lookups of those items go to the database.
+const (
+	maxCachedLocations = 1 << 17
+	maxCachedItems     = 1 << 16 // each of functions, mappings, stacks
+	maxCachedLabelSets = 1 << 14 // ~1 KB each with the copy of the labels
+)
+
+// entry is what a write cache knows of a stored row. first and last are
+// the rows' columns for stacks (last only) and label sets.
+type entry struct {
+	id, first, last int64
+}
+
+// labelEntry is a cached label set: its row's id, first and last, and the
+// labels to compare with on a hit.
+type labelEntry struct {
+	entry
+	labels map[string]string
+}
+
+// locEntry is a cached location: its row and the frames it was stored
+// with, compared on each hit (cheaply: the symbolizer hands out the same
+// strings each time, and equal string pointers compare in O(1)).
+type locEntry struct {
+	id     int64
+	frames []symbol.Frame
+}
+
+// locKey finds a location by mapping row and address; the frames are
+// checked against the entry.
+type locKey struct {
+	mapping int64
+	address uint64
+}
+
+// cache maps an item's content to its row. It is bounded; see maxCachedItems.
+type cache[K comparable, V any] struct {
+	m   map[K]V
+	max int
+}
+
+func newCache[K comparable, V any](max int) cache[K, V] {
+	return cache[K, V]{m: map[K]V{}, max: max}
+}
+
+func (c *cache[K, V]) put(k K, v V) {
+	if len(c.m) >= c.max {
+		// Map iteration order is random: this drops a random half.
+		n := len(c.m) / 2
+		for k := range c.m {
+			if n == 0 {
+				break
+			}
+			delete(c.m, k)
+			n--
+		}
+	}
+	c.m[k] = v
+}
+
+type funcKey struct{ name, file string }
+
+// writer turns windows into rows on the one write connection. The caches
+// let a window that repeats earlier stacks and label sets skip every lookup
+// and insert but its samples rows. Guarded by SQLite.mu.
+type writer struct {
+	conn *sql.Conn
+	st   map[string]*sql.Stmt
+
+	funcs     cache[funcKey, entry]
+	mappings  cache[profile.Mapping, entry]
+	locations cache[locKey, locEntry]
+	stacks    cache[string, entry]      // key: stack blob
+	labelsets cache[uint64, labelEntry] // key: labelsHash
+
+	// undo reverts this transaction's cache changes if it rolls back, so
+	// the caches never name rows that do not exist.
+	undo []func()
+
+	// Per-window memos and scratch space, reused.
+	locMemo   map[*profile.Location]int64
+	mapMemo   map[*profile.Mapping]int64
+	labelMemo map[unsafe.Pointer]int64
+	triples   []triple
+	locIDs    []int64
+	pairs     []stackCount
+	names     []string
+	key, buf  []byte
+}
+
+type triple struct{ labels, stack, count int64 }
+
+// statements the writer prepares once on its connection.
+var writerStatements = map[string]string{
+	"window":       `INSERT INTO windows (start, duration, period, samples) VALUES (?, ?, ?, ?)`,
+	"sample":       `INSERT INTO samples (start, window, labels, total, stacks) VALUES (?, ?, ?, ?, ?)`,
+	"func.find":    `SELECT id FROM functions WHERE hash = ? AND name = ? AND file = ?`,
+	"func.add":     `INSERT INTO functions (hash, name, file) VALUES (?, ?, ?)`,
+	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
+	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	"loc.find":     `SELECT id FROM locations WHERE hash = ? AND mapping = ? AND address = ? AND frames = coalesce(?, x'')`,
+	"loc.add":      `INSERT INTO locations (hash, mapping, address, frames) VALUES (?, ?, ?, coalesce(?, x''))`,
+	"stack.find":   `SELECT id, last FROM stacks WHERE hash = ? AND locations = coalesce(?, x'')`,
+	"stack.add":    `INSERT INTO stacks (hash, last, locations) VALUES (?, ?, coalesce(?, x''))`,
+	"stack.last":   `UPDATE stacks SET last = ? WHERE id = ?`,
+	"labels.find":  `SELECT id, first, last FROM labelsets WHERE hash = ? AND labels = coalesce(?, x'')`,
+	"labels.add":   `INSERT INTO labelsets (hash, first, last, labels) VALUES (?, ?, ?, coalesce(?, x''))`,
+	"labels.span":  `UPDATE labelsets SET first = ?, last = ? WHERE id = ?`,
+}
+
+func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{conn: conn, st: map[string]*sql.Stmt{}}
+	for name, q := range writerStatements {
+		st, err := conn.PrepareContext(ctx, q)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("prepare %s: %w", name, err)
+		}
+		w.st[name] = st
+	}
+	w.resetCaches()
+	w.locMemo = map[*profile.Location]int64{}
+	w.mapMemo = map[*profile.Mapping]int64{}
+	w.labelMemo = map[unsafe.Pointer]int64{}
+	return w, nil
+}
+
+func (w *writer) close() error {
+	for _, st := range w.st {
+		st.Close()
+	}
+	return w.conn.Close()
+}
+
+// resetCaches forgets every cached row, after garbage collection deleted
+// some.
+func (w *writer) resetCaches() {
+	w.funcs = newCache[funcKey, entry](maxCachedItems)
+	w.mappings = newCache[profile.Mapping, entry](maxCachedItems)
+	w.locations = newCache[locKey, locEntry](maxCachedLocations)
+	w.stacks = newCache[string, entry](maxCachedItems)
+	w.labelsets = newCache[uint64, labelEntry](maxCachedLabelSets)
+}
+
+// tx runs f in an immediate transaction on the write connection. When f or
+// the commit fails, it rolls back and undoes f's cache changes.
+func (w *writer) tx(ctx context.Context, f func() error) (err error) {
+	w.undo = w.undo[:0]
+	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		// A transaction left open by a failed ROLLBACK would fail every
+		// later write; end it and try once more.
+		w.conn.ExecContext(context.Background(), "ROLLBACK")
+		if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		// SQLite may have rolled back already (after SQLITE_FULL, say);
+		// ROLLBACK then fails harmlessly with "no transaction is active".
+		w.conn.ExecContext(context.Background(), "ROLLBACK")
+		for i := len(w.undo) - 1; i >= 0; i-- {
+			w.undo[i]()
+		}
+	}()
+	if err := f(); err != nil {
+		return err
+	}
+	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// remember puts an entry in a cache and records how to take it back.
+func remember[K comparable, V any](w *writer, c *cache[K, V], k K, e V) {
+	prev, had := c.m[k]
+	c.put(k, e)
+	w.undo = append(w.undo, func() {
+		if had {
+			c.m[k] = prev
+		} else {
+			delete(c.m, k)
+		}
+	})
+}
+
+func (w *writer) write(ctx context.Context, p *profile.Profile) error {
+	defer func() {
+		clear(w.locMemo)
+		clear(w.mapMemo)
+		clear(w.labelMemo)
+	}()
+	return w.tx(ctx, func() error { return w.insertWindow(ctx, p) })
+}
+
+func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
+	start := p.Start.UnixNano()
+	w.triples = w.triples[:0]
+	var total int64
+	for i, s := range p.Samples {
+		if s == nil || s.Count == 0 {
+			continue
+		}
+		if s.Count < 0 {
+			return fmt.Errorf("sample %d has a negative count %d", i, s.Count)
+		}
+		lid, err := w.labelset(ctx, s.Labels, start)
+		if err != nil {
+			return err
+		}
+		sid, err := w.stack(ctx, s.Stack, start)
+		if err != nil {
+			return err
+		}
+		w.triples = append(w.triples, triple{lid, sid, s.Count})
+		total += s.Count
+	}
+	res, err := w.st["window"].ExecContext(ctx, start, int64(p.Duration), int64(p.Period), total)
+	if err != nil {
+		return fmt.Errorf("insert window: %w", err)
+	}
+	window, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(w.triples, func(a, b triple) int {
+		if a.labels != b.labels {
+			return cmp.Compare(a.labels, b.labels)
+		}
+		return cmp.Compare(a.stack, b.stack)
+	})
+	// One samples row per label set; equal (labels, stack) samples merge.
+	for i := 0; i < len(w.triples); {
+		lid := w.triples[i].labels
+		w.pairs = w.pairs[:0]
+		var sum int64
+		for ; i < len(w.triples) && w.triples[i].labels == lid; i++ {
+			t := w.triples[i]
+			if n := len(w.pairs); n > 0 && w.pairs[n-1].stack == t.stack {
+				w.pairs[n-1].count += t.count
+			} else {
+				w.pairs = append(w.pairs, stackCount{t.stack, t.count})
+			}
+			sum += t.count
+		}
+		w.buf = appendCounts(w.buf[:0], w.pairs)
+		if _, err := w.st["sample"].ExecContext(ctx, start, window, lid, sum, w.buf); err != nil {
+			return fmt.Errorf("insert samples: %w", err)
+		}
+	}
+	return nil
+}
+
+// labelset returns the id of a label set, storing it if new, and widens
+// its first/last span to cover start.
+func (w *writer) labelset(ctx context.Context, labels map[string]string, start int64) (int64, error) {
+	// Samples of one process may share one labels map: look it up once.
+	ptr := reflect.ValueOf(labels).UnsafePointer()
+	if id, ok := w.labelMemo[ptr]; ok && ptr != nil {
+		return id, nil
+	}
+	// The agent makes a new map per sample, so the cache is keyed by a
+	// hash that needs no sorting, and a hit is confirmed by comparing maps.
+	h := labelsHash(labels)
+	e, ok := w.labelsets.m[h]
+	if !ok || !maps.Equal(e.labels, labels) {
+		w.key, w.names = appendLabels(w.key[:0], labels, w.names)
+		stable := hash64(w.key)
+		e = labelEntry{labels: maps.Clone(labels)}
+		err := w.st["labels.find"].QueryRowContext(ctx, stable, w.key).Scan(&e.id, &e.first, &e.last)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			res, err := w.st["labels.add"].ExecContext(ctx, stable, start, start, w.key)
+			if err != nil {
+				return 0, fmt.Errorf("insert label set: %w", err)
+			}
+			if e.id, err = res.LastInsertId(); err != nil {
+				return 0, err
+			}
+			e.first, e.last = start, start
+		case err != nil:
+			return 0, fmt.Errorf("look up label set: %w", err)
+		}
+		remember(w, &w.labelsets, h, e)
+	}
+	if start < e.first || start > e.last+lastSlack {
+		first, last := min(e.first, start), max(e.last, start)
+		if _, err := w.st["labels.span"].ExecContext(ctx, first, last, e.id); err != nil {
+			return 0, fmt.Errorf("update label set: %w", err)
+		}
+		e.first, e.last = first, last
+		remember(w, &w.labelsets, h, e)
+	}
+	if ptr != nil {
+		w.labelMemo[ptr] = e.id
+	}
+	return e.id, nil
+}
+
+// labelSeed keys labelsHash; it is random per process, which is fine for an
+// in-memory cache and keeps crafted label values (a process picks its own
+// comm) from colliding on purpose.
+var labelSeed = maphash.MakeSeed()
+
+// labelsHash hashes a label set independently of map order: the sum of a
+// mixed hash per label.
+func labelsHash(labels map[string]string) uint64 {
+	h := uint64(len(labels))
+	for k, v := range labels {
+		x := maphash.String(labelSeed, k)
+		x ^= maphash.String(labelSeed, v) * 0x9e3779b97f4a7c15
+		x ^= x >> 31
+		x *= 0xbf58476d1ce4e5b9
+		h += x ^ x>>29
+	}
+	return h
+}
+
+// stack returns the id of a stack, storing it and its locations if new.
+func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int64) (int64, error) {
+	w.locIDs = w.locIDs[:0]
+	for _, l := range locs {
+		id, err := w.location(ctx, l)
+		if err != nil {
+			return 0, err
+		}
+		w.locIDs = append(w.locIDs, id)
+	}
+	w.key = appendStack(w.key[:0], w.locIDs)
+	e, ok := w.stacks.m[string(w.key)]
+	if !ok {
+		h := hash64(w.key)
+		err := w.st["stack.find"].QueryRowContext(ctx, h, w.key).Scan(&e.id, &e.last)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			res, err := w.st["stack.add"].ExecContext(ctx, h, start, w.key)
+			if err != nil {
+				return 0, fmt.Errorf("insert stack: %w", err)
+			}
+			if e.id, err = res.LastInsertId(); err != nil {
+				return 0, err
+			}
+			e.last = start
+		case err != nil:
+			return 0, fmt.Errorf("look up stack: %w", err)
+		}
+		remember(w, &w.stacks, string(w.key), e)
+	}
+	if start > e.last+lastSlack {
+		if _, err := w.st["stack.last"].ExecContext(ctx, start, e.id); err != nil {
+			return 0, fmt.Errorf("update stack: %w", err)
+		}
+		remember(w, &w.stacks, string(w.key), entry{id: e.id, last: start})
+	}
+	return e.id, nil
+}
+
+// location returns the id of a location, storing it, its mapping and its
+// functions if new.
+func (w *writer) location(ctx context.Context, l *profile.Location) (int64, error) {
+	if l == nil {
+		return 0, errors.New("nil location on a stack")
+	}
+	if id, ok := w.locMemo[l]; ok {
+		return id, nil
+	}
+	var mapping int64
+	if l.Mapping != nil {
+		var err error
+		if mapping, err = w.mapping(ctx, l.Mapping); err != nil {
+			return 0, err
+		}
+	}
+	lk := locKey{mapping, l.Address}
+	if e, ok := w.locations.m[lk]; ok && slices.Equal(e.frames, l.Frames) {
+		w.locMemo[l] = e.id
+		return e.id, nil
+	}
+	// w.key is the caller's stack key, built after this returns; use buf.
+	k := w.buf[:0]
+	for _, f := range l.Frames {
+		fn, err := w.function(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		k = binary.AppendUvarint(k, uint64(fn))
+		k = binary.AppendUvarint(k, uint64(int64(f.Line)))
+	}
+	w.buf = k
+	// The hash covers what identifies the row: mapping, address, frames.
+	h := hash64(binary.AppendUvarint(binary.AppendUvarint(slices.Clip(k), uint64(mapping)), l.Address))
+	var id int64
+	err := w.st["loc.find"].QueryRowContext(ctx, h, mapping, int64(l.Address), k).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		res, err := w.st["loc.add"].ExecContext(ctx, h, mapping, int64(l.Address), k)
+		if err != nil {
+			return 0, fmt.Errorf("insert location: %w", err)
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return 0, err
+		}
+	case err != nil:
+		return 0, fmt.Errorf("look up location: %w", err)
+	}
+	remember(w, &w.locations, lk, locEntry{id, slices.Clone(l.Frames)})
+	w.locMemo[l] = id
+	return id, nil
+}
+
+func (w *writer) function(ctx context.Context, f symbol.Frame) (int64, error) {
+	k := funcKey{f.Function, f.File}
+	if e, ok := w.funcs.m[k]; ok {
+		return e.id, nil
+	}
+	hk := appendString(appendString(nil, f.Function), f.File)
+	h := hash64(hk)
+	var e entry
+	err := w.st["func.find"].QueryRowContext(ctx, h, f.Function, f.File).Scan(&e.id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		res, err := w.st["func.add"].ExecContext(ctx, h, f.Function, f.File)
+		if err != nil {
+			return 0, fmt.Errorf("insert function: %w", err)
+		}
+		if e.id, err = res.LastInsertId(); err != nil {
+			return 0, err
+		}
+	case err != nil:
+		return 0, fmt.Errorf("look up function: %w", err)
+	}
+	remember(w, &w.funcs, k, e)
+	return e.id, nil
+}
+
+func (w *writer) mapping(ctx context.Context, m *profile.Mapping) (int64, error) {
+	if id, ok := w.mapMemo[m]; ok {
+		return id, nil
+	}
+	k := *m
+	e, ok := w.mappings.m[k]
+	if !ok {
+		kernel := 0
+		if m.Kernel {
+			kernel = 1
+		}
+		var hk []byte
+		hk = binary.AppendUvarint(hk, m.Start)
+		hk = binary.AppendUvarint(hk, m.Limit)
+		hk = binary.AppendUvarint(hk, m.Offset)
+		hk = appendString(hk, m.File)
+		hk = appendString(hk, m.BuildID)
+		hk = append(hk, byte(kernel))
+		h := hash64(hk)
+		args := []any{h, int64(m.Start), int64(m.Limit), int64(m.Offset), m.File, m.BuildID, kernel}
+		err := w.st["mapping.find"].QueryRowContext(ctx, args...).Scan(&e.id)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			res, err := w.st["mapping.add"].ExecContext(ctx, args...)
+			if err != nil {
+				return 0, fmt.Errorf("insert mapping: %w", err)
+			}
+			if e.id, err = res.LastInsertId(); err != nil {
+				return 0, err
+			}
+		case err != nil:
+			return 0, fmt.Errorf("look up mapping: %w", err)
+		}
+		remember(w, &w.mappings, k, e)
+	}
+	w.mapMemo[m] = e.id
+	return e.id, nil
+}
