@@ -6,7 +6,7 @@ CLANG   ?= clang-19
 BIN     := bin/flint
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build run deps check generate test test-short bench lint fuzz clean
+.PHONY: all build run deps check generate test test-short bench lint fuzz clean web web-test
 
 all: build
 
@@ -16,15 +16,15 @@ run: build
 	$(BIN) agent
 
 # What the tests and `make generate` need on a fresh Debian machine (root).
-DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev
+DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium
 deps:
 	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
 	$(GO) mod download
 
-# Install what the tests need, then run them all.
-check: deps test
+# Install what the tests need, then run them all: Go's, then the web UI's.
+check: deps test web-test
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
@@ -64,6 +64,22 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 		done; \
 	done
+
+# The web UI: TypeScript in web/, built into internal/webui/dist, which is
+# committed so `go build` needs no node (node >= 20.19 and npm do). The build
+# is deterministic: CI rebuilds it and fails if it differs.
+web: web/node_modules/.package-lock.json
+	cd web && npm run build
+
+# The UI's unit tests, then its browser tests: Debian's chromium (or
+# $$CHROMIUM) driven by playwright-core against a real agent with fixture
+# data. Those need root and skip with the reason otherwise. Screenshots
+# and draw times go to web/test-results/.
+web-test: web/node_modules/.package-lock.json
+	cd web && npm test && npm run test:e2e
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund
 
 clean:
 	rm -rf bin

@@ -250,7 +250,6 @@ var bpfLocation = &profile.Location{Frames: []symbol.Frame{{Function: "[flint BP
 func (a *Agent) ownLabels() map[string]string {
 	l := map[string]string{
 		profile.LabelPID:    strconv.Itoa(os.Getpid()),
-		profile.LabelTID:    strconv.Itoa(os.Getpid()),
 		profile.LabelNode:   a.o.Node,
 		profile.LabelThread: "[bpf]",
 	}
@@ -317,7 +316,7 @@ func (a *Agent) feedLive(batch []sampler.Sample, now time.Time) {
 	a.liveMu.Unlock()
 	for _, r := range finished {
 		r.done <- a.coll.Profile(r.samples, collect.Options{
-			Start: r.start, Duration: now.Sub(r.start), Period: a.period(), Round: a.round, Keep: r.keep.Matches,
+			Start: r.start, Duration: now.Sub(r.start), Period: a.period(), Round: a.round, Keep: r.keep.Matches, ThreadIDs: true,
 		})
 	}
 }

@@ -113,11 +113,15 @@ type Options struct {
 	Keep     Filter
 	// Round marks the processes named as in use, for Forget.
 	Round uint64
+	// ThreadIDs adds the tid label. A one-shot recording wants it; the
+	// agent does not: a label set per thread would multiply what it stores,
+	// and the thread name says what a thread is for.
+	ThreadIDs bool
 }
 
 // Profile names samples and returns them as a profile.
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
-	b := builder{c: c, round: o.Round,
+	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
 		locs:      map[locKey]*profile.Location{},
 		mappings:  map[*proc.Mapping]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
@@ -141,6 +145,7 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 type builder struct {
 	c         *Collector
 	round     uint64
+	threadIDs bool
 	locs      map[locKey]*profile.Location
 	mappings  map[*proc.Mapping]*profile.Mapping
 	kernMaps  map[string]*profile.Mapping
@@ -175,7 +180,9 @@ func (b *builder) labels(s *sampler.Sample) map[string]string {
 		profile.LabelComm:   s.Comm,
 		profile.LabelThread: s.Thread,
 		profile.LabelPID:    strconv.Itoa(int(s.PID)),
-		profile.LabelTID:    strconv.Itoa(int(s.TID)),
+	}
+	if b.threadIDs {
+		l[profile.LabelTID] = strconv.Itoa(int(s.TID))
 	}
 	if b.c.node != "" {
 		l[profile.LabelNode] = b.c.node

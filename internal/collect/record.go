@@ -126,7 +126,7 @@ loop:
 	if o.Container != "" {
 		keep = func(l map[string]string) bool { return strings.HasPrefix(l[profile.LabelContainer], o.Container) }
 	}
-	prof := c.Profile(samples, Options{Start: start, Duration: elapsed, Period: time.Second / time.Duration(o.Frequency), Keep: keep})
+	prof := c.Profile(samples, Options{Start: start, Duration: elapsed, Period: time.Second / time.Duration(o.Frequency), Keep: keep, ThreadIDs: true})
 	res := &Result{Profile: prof, Stats: st}
 	res.Naming = sym.Stats()
 	res.Warnings = warnings(st, sym, o.KernelStacks)

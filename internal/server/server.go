@@ -16,6 +16,7 @@ import (
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/selector"
 	"github.com/flint-dev/flint/internal/store"
+	"github.com/flint-dev/flint/internal/webui"
 )
 
 // Options configure the handler New returns.
@@ -94,9 +95,7 @@ func newServer(o Options, now func() time.Time) *server {
 	mux.HandleFunc("GET /debug/pprof/profile", s.handleLive)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
 	mux.HandleFunc("GET /healthz", handleHealth)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		textError(w, http.StatusNotFound, "no such path "+r.URL.Path)
-	})
+	mux.Handle("/", webui.Handler()) // the web UI; 404 for other paths
 	s.Handler = s.guard(mux)
 	return s
 }

@@ -1,0 +1,88 @@
+// Number, size and time formatting shared by the views.
+
+const intFormat = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+
+/** count formats a whole number with thousands separators: 1,234,567. */
+export function count(n: number): string {
+  return intFormat.format(n);
+}
+
+/** pct formats a share (0..1) as a percentage with sensible precision. */
+export function pct(share: number): string {
+  if (!isFinite(share)) return '–';
+  const p = share * 100;
+  const a = Math.abs(p);
+  if (a === 0) return '0%';
+  if (a < 0.01) return (p < 0 ? '-' : '') + '<0.01%';
+  if (a < 10) return p.toFixed(2) + '%';
+  return p.toFixed(1) + '%';
+}
+
+/** signedPct formats a change of share with its sign: +1.20 pp. */
+export function signedPct(delta: number): string {
+  const s = pct(delta);
+  return delta > 0 ? '+' + s : s;
+}
+
+/** rate formats samples per second: 12.3/s. */
+export function rate(n: number): string {
+  if (n >= 100) return count(n);
+  if (n >= 10) return n.toFixed(1);
+  return n.toFixed(2);
+}
+
+/** bytes formats a size in binary units: 12.3 MiB. */
+export function bytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + ' ' + units[i];
+}
+
+function pad(n: number): string {
+  return n < 10 ? '0' + n : String(n);
+}
+
+/** clock formats Unix seconds as local HH:MM, or HH:MM:SS when seconds matter. */
+export function clock(t: number, withSeconds = false): string {
+  const d = new Date(t * 1000);
+  const s = pad(d.getHours()) + ':' + pad(d.getMinutes());
+  return withSeconds ? s + ':' + pad(d.getSeconds()) : s;
+}
+
+/** date formats Unix seconds as local YYYY-MM-DD. */
+export function date(t: number): string {
+  const d = new Date(t * 1000);
+  return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate());
+}
+
+/** dateTime formats Unix seconds as local YYYY-MM-DD HH:MM:SS. */
+export function dateTime(t: number): string {
+  return date(t) + ' ' + clock(t, true);
+}
+
+/** duration formats seconds compactly: 90 -> 1m30s, 7200 -> 2h. */
+export function duration(secs: number): string {
+  secs = Math.round(secs);
+  if (secs < 60) return secs + 's';
+  // Beyond an hour seconds are noise, beyond a day minutes.
+  if (secs >= 86400) secs = Math.round(secs / 3600) * 3600;
+  else if (secs >= 3600) secs = Math.round(secs / 60) * 60;
+  const parts: string[] = [];
+  for (const [unit, len] of [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]] as const) {
+    if (secs >= len) {
+      parts.push(Math.floor(secs / len) + unit);
+      secs %= len;
+    }
+  }
+  // Two units say enough: 1h5m, not 1h5m15s.
+  return parts.slice(0, 2).join('');
+}
+
+/** escapeHTML makes text safe to put in innerHTML. */
+export function escapeHTML(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}

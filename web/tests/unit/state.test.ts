@@ -1,0 +1,73 @@
+import { describe, expect, test } from 'vitest';
+import { defaults, diffParams, format, formatSelector, parse, parseSelector, seconds, seriesStep } from '../../src/state';
+
+describe('URL state', () => {
+  test('defaults make an empty query', () => {
+    expect(format(defaults())).toBe('');
+    expect(parse('')).toEqual(defaults());
+  });
+  test('round trip', () => {
+    const s = {
+      ...defaults(), range: '', from: 1795341600, to: 1795345200, sfrom: 1795342000.5, sto: 1795343000, by: 'container',
+      sel: '{comm="api",container=~"3f.*"}', icicle: true, tab: 'sandwich' as const, zoom: ['api', 'a;b', '100%'],
+      q: 'json', fn: 'main.main', sort: 'total' as const, cmp: 'range' as const, bfrom: 'now-2h', bto: 'now-1h',
+    };
+    expect(parse(format(s))).toEqual(s);
+  });
+  test('invalid values fall back to defaults', () => {
+    const s = parse('?range=forever&tab=x&sort=y&cmp=z&sfrom=5&sto=1');
+    expect(s.range).toBe('1h');
+    expect(s.tab).toBe('flame');
+    expect(s.sort).toBe('self');
+    expect(s.cmp).toBe('');
+    expect(s.sfrom).toBe(0);
+  });
+});
+
+test('seconds', () => {
+  expect(seconds('5m')).toBe(300);
+  expect(seconds('1h30m')).toBe(5400);
+  expect(seconds('7d')).toBe(604800);
+  expect(seconds('7')).toBeNaN();
+  expect(seconds('')).toBeNaN();
+  expect(seconds('1hx')).toBeNaN();
+});
+
+test('series steps divide into 10 s windows and give at most 300 points', () => {
+  for (const [range, step] of [[300, 10], [3600, 20], [86400, 300], [604800, 3600]]) expect(seriesStep(range)).toBe(step);
+  for (const r of [60, 3000, 3601, 1e5, 1e6, 1e7]) {
+    expect(r / seriesStep(r)).toBeLessThanOrEqual(300);
+    expect(seriesStep(r) % 10).toBe(0);
+  }
+});
+
+describe('selectors', () => {
+  test('round trip', () => {
+    const ms = [
+      { name: 'comm', op: '=' as const, value: 'a "quoted" \\ name' },
+      { name: 'container', op: '=~' as const, value: '3f.*' },
+      { name: 'pod', op: '!=' as const, value: '' },
+    ];
+    expect(parseSelector(formatSelector(ms))).toEqual(ms);
+    expect(formatSelector([])).toBe('');
+    expect(parseSelector('{}')).toEqual([]);
+    expect(parseSelector(' { comm = "x" , pid!~"1.*" } ')).toEqual([{ name: 'comm', op: '=', value: 'x' }, { name: 'pid', op: '!~', value: '1.*' }]);
+  });
+  test('what it cannot read is null', () => {
+    for (const s of ['comm="x"', '{comm=x}', '{comm="x"', '{"x"="y"}', '{comm="x" pid="1"}']) expect(parseSelector(s)).toBeNull();
+  });
+});
+
+describe('comparisons', () => {
+  const s = { ...defaults(), sel: '{comm="api"}' };
+  test('the period before is the API default', () => {
+    expect(diffParams({ ...s, cmp: 'prev' })).toEqual({ from: 'now-1h', to: 'now', selector: '{comm="api"}', normalize: 'true' });
+  });
+  test('a day earlier shifts relative and absolute ranges', () => {
+    expect(diffParams({ ...s, cmp: '1d' })).toMatchObject({ base_from: 'now-90000s', base_to: 'now-86400s' });
+    expect(diffParams({ ...s, cmp: '1d', sfrom: 200000, sto: 203600 })).toMatchObject({ from: '200000', base_from: '113600', base_to: '117200' });
+  });
+  test('another selector over the same range', () => {
+    expect(diffParams({ ...s, cmp: 'sel', bsel: '{comm="db"}' })).toMatchObject({ base_from: 'now-1h', base_to: 'now', base_selector: '{comm="db"}' });
+  });
+});
