@@ -120,7 +120,7 @@ func spin(d time.Duration) {
 // kernel map first and flint's cache one round later.
 func TestTrimForgetsUnusedStacks(t *testing.T) {
 	requireBPF(t)
-	s, err := Start(Options{Frequency: 997, KernelStacks: true, PID: os.Getpid()})
+	s, err := Start(Options{Frequency: 997, KernelStacks: true, PID: os.Getpid(), Transfer: Aggregate})
 	if err != nil {
 		t.Fatal(err)
 	}
