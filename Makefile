@@ -33,7 +33,7 @@ build:
 # libbpf-dev). The results are committed so `go build` needs no clang.
 generate:
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
-	$(GO) generate ./internal/sampler/
+	$(GO) generate ./internal/...
 
 # Every test; those that load BPF need root and skip with the reason otherwise.
 # One package at a time: the BPF tests measure CPU shares of fixtures, which

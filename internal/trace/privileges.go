@@ -1,0 +1,71 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Capability bits (linux/capability.h).
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
+)
+
+// Sentinel errors for what the machine does not allow.
+var (
+	ErrNoPermission = errors.New("need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to attach uprobes (run as root)")
+	ErrNoUprobes    = errors.New("kernel has no uprobe PMU and tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing")
+)
+
+// CheckPrivileges reports ErrNoPermission, naming the missing capabilities,
+// when this process cannot load BPF programs and attach uprobes. Opening
+// another user's binary through /proc/PID/map_files takes CAP_SYS_ADMIN as
+// well; root has everything.
+func CheckPrivileges() error {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	var eff uint64
+	found := false
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			eff, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			found = err == nil
+		}
+	}
+	if !found {
+		return errors.New("read capabilities: no CapEff in /proc/self/status")
+	}
+	has := func(c uint) bool { return eff&(1<<c) != 0 }
+	var missing []string
+	if !has(capBPF) && !has(capSysAdmin) {
+		missing = append(missing, "CAP_BPF")
+	}
+	if !has(capPerfmon) && !has(capSysAdmin) {
+		missing = append(missing, "CAP_PERFMON")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w; missing: %s", ErrNoPermission, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// checkUprobes reports ErrNoUprobes when neither way of creating uprobes
+// exists: the perf uprobe PMU (Linux 4.17+, no tracefs needed) or tracefs.
+func checkUprobes() error {
+	for _, p := range []string{
+		"/sys/bus/event_source/devices/uprobe",
+		"/sys/kernel/tracing/uprobe_events",
+		"/sys/kernel/debug/tracing/uprobe_events",
+	} {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+	}
+	return ErrNoUprobes
+}
