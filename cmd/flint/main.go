@@ -22,6 +22,7 @@ Usage:
   flint query  [--since 15m] [--selector '{comm="api"}'] [-o out.svg] [--diff]
   flint top    [--since 15m] [--selector SEL] [-n 20] [--cum]
   flint series [--since 1h] [--by comm] [--step 10s] [--json]
+  flint trace  (-p PID | --exe PATH) [-d 10s] [--latency] [--json] FUNCTION...
   flint version
 
 Run 'flint COMMAND -h' for a command's flags.
@@ -65,6 +66,8 @@ func run(args []string) error {
 		return top(args[1:], os.Stdout)
 	case "series":
 		return series(args[1:], os.Stdout)
+	case "trace":
+		return traceCmd(args[1:], os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println("flint", version)
 		return nil
