@@ -126,6 +126,9 @@ func (s *Symbolizer) User(p *proc.Process, addr uint64, isReturn bool) ([]Frame,
 		return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), lookup-m.Start)}}, m
 	}
 	fileOffset := lookup - m.Start + m.Offset
+	if f := s.files[m.Key()]; f != nil {
+		f.used = s.round // a cached name keeps its file too
+	}
 	return s.named(nameKey{file: m.Key(), addr: fileOffset}, func() []Frame {
 		return s.lookupFile(p, m, fileOffset)
 	}), m

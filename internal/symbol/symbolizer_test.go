@@ -37,6 +37,15 @@ func TestSymbolizerNamesOwnProcess(t *testing.T) {
 		t.Error("no build ID for the test binary")
 	}
 
+	// Named from the cache every round, the binary stays.
+	for range 5 {
+		s.Trim()
+		s.User(p, pc, false)
+	}
+	if len(s.files) == 0 || s.Stats().BinariesParsed != 1 {
+		t.Fatalf("a binary named every round was released: %d files, %d parsed", len(s.files), s.Stats().BinariesParsed)
+	}
+
 	// Unused for three rounds, the binary is released; naming it again
 	// opens it anew and gives the same frames.
 	for range 3 {
