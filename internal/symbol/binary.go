@@ -2,7 +2,6 @@ package symbol
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -12,7 +11,14 @@ import (
 type Binary struct {
 	BuildID  string
 	segments []segment
-	tables   []Table // tried in order: Go's pclntab, then ELF symbols
+	goTable  *GoTable // nil unless a Go binary
+	// elf names what the Go table does not (cgo, assembly without
+	// pclntab entries) and everything in other binaries. In a Go binary it
+	// is read on the first address the Go table misses: the symbol table
+	// of a large Go binary costs megabytes and mostly repeats the pclntab.
+	elf     *ELFTable
+	elfFile *elf.File
+	elfDone bool
 }
 
 // segment is a PT_LOAD program header: file bytes [off, off+size) are
@@ -32,15 +38,12 @@ func OpenBinary(r io.ReaderAt) (*Binary, error) {
 			b.segments = append(b.segments, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz})
 		}
 	}
-	goTable, err := OpenGo(f)
-	switch {
-	case err == nil:
-		b.tables = append(b.tables, goTable)
-	case !errors.Is(err, ErrNotGo):
-		// A damaged pclntab leaves the ELF symbols to do what they can.
-	}
-	if elfTable, err := NewELFTable(f); err == nil {
-		b.tables = append(b.tables, elfTable)
+	// A damaged pclntab (an error other than ErrNotGo) leaves the ELF
+	// symbols to do what they can.
+	b.goTable, _ = OpenGo(f)
+	b.elfFile = f
+	if b.goTable == nil {
+		b.loadELF()
 	}
 	return b, nil
 }
@@ -60,10 +63,22 @@ func (b *Binary) Addr(fileOffset uint64) (uint64, bool) {
 
 // Lookup names the virtual address addr; nil when no table covers it.
 func (b *Binary) Lookup(addr uint64) []Frame {
-	for _, t := range b.tables {
-		if frames := t.Lookup(addr); frames != nil {
+	if b.goTable != nil {
+		if frames := b.goTable.Lookup(addr); frames != nil {
 			return frames
 		}
 	}
+	if b.loadELF(); b.elf != nil {
+		return b.elf.Lookup(addr)
+	}
 	return nil
+}
+
+func (b *Binary) loadELF() {
+	if b.elfDone {
+		return
+	}
+	b.elfDone = true
+	b.elf, _ = NewELFTable(b.elfFile)
+	b.elfFile = nil
 }
