@@ -4,6 +4,8 @@
 //	sudo flint record -p 4242 -d 10s -o cpu.svg
 //	sudo flint record -a -d 30s -F 99 -o node.pb.gz
 //	sudo flint record --container 3f2a -o c.folded
+//	sudo flint doctor -p 4242 -d 10s
+//	sudo flint syscalls -p 4242 -d 10s
 //	flint query --since 15m --selector '{comm="api"}' -o api.svg
 package main
 
@@ -23,6 +25,8 @@ Usage:
   flint top    [--since 15m] [--selector SEL] [-n 20] [--cum]
   flint series [--since 1h] [--by comm] [--step 10s] [--json]
   flint trace  (-p PID | --exe PATH) [-d 10s] [--latency] [--json] FUNCTION...
+  flint doctor [-p PID | -a | --container ID] [-d 10s] [--json]
+  flint syscalls (-p PID | -a -s LIST | --container ID -s LIST) [-d 10s] [--json]
   flint version
 
 Run 'flint COMMAND -h' for a command's flags.
@@ -68,6 +72,10 @@ func run(args []string) error {
 		return series(args[1:], os.Stdout)
 	case "trace":
 		return traceCmd(args[1:], os.Stdout, os.Stderr)
+	case "doctor":
+		return doctorCmd(args[1:], os.Stdout, os.Stderr)
+	case "syscalls":
+		return syscallsCmd(args[1:], os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println("flint", version)
 		return nil

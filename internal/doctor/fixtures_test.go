@@ -1,0 +1,259 @@
+package doctor
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The fixtures are in testdata/fixtures/doctor-*: each reproduces a problem
+// and, with a flag, its fix.
+const fixtureDir = "../../testdata/fixtures"
+
+// testDuration is how long each root test records. Rates and shares, not
+// counts, are asserted, so a short run under load still decides.
+const testDuration = 3 * time.Second
+
+// testFrequency samples often enough for per-thread shares in 3 s.
+const testFrequency = 499
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for tracefs) to trace; CI runs it as root")
+	}
+	if testing.Short() {
+		t.Skip("records for seconds; skipped with -short")
+	}
+}
+
+var (
+	fixturesOnce sync.Once
+	fixtures     map[string]string
+	fixturesDir  string
+	fixturesErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixturesDir != "" {
+		os.RemoveAll(fixturesDir)
+	}
+	os.Exit(code)
+}
+
+// buildFixtures compiles every doctor fixture once per test run: C with
+// frame pointers and line tables, Go as `go build` does, plus the Go
+// variants the GOMAXPROCS reader must handle.
+func buildFixtures(t testing.TB) map[string]string {
+	t.Helper()
+	fixturesOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "flint-doctor-fixtures-")
+		if err != nil {
+			fixturesErr = err
+			return
+		}
+		fixturesDir = dir
+		// Readable by the unprivileged helper of TestNoPermission.
+		os.Chmod(dir, 0o755)
+		cflags := []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wall"}
+		builds := map[string][]string{
+			"busypoll":     append([]string{"gcc"}, append(cflags, "-o", "OUT", fixtureDir+"/doctor-busypoll.c")...),
+			"eagain":       append([]string{"gcc"}, append(cflags, "-pthread", "-o", "OUT", fixtureDir+"/doctor-eagain.c")...),
+			"probe":        append([]string{"gcc"}, append(cflags, "-o", "OUT", fixtureDir+"/doctor-probe.c")...),
+			"syscost":      {"gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", "OUT", fixtureDir + "/doctor-syscost.c"},
+			"debugprint":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-debugprint"},
+			"gomaxprocs":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
+			"alloc":        {"go", "build", "-o", "OUT", fixtureDir + "/doctor-alloc"},
+			"gomaxprocs-s": {"go", "build", "-ldflags=-s -w", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
+			"gomaxprocs-p": {"go", "build", "-buildmode=pie", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
+			"gomaxprocs-ps": {"go", "build", "-buildmode=pie", "-ldflags=-s -w", "-o", "OUT",
+				fixtureDir + "/doctor-gomaxprocs"},
+		}
+		fixtures = map[string]string{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for name, argv := range builds {
+			wg.Go(func() {
+				out := filepath.Join(dir, name)
+				argv = slices.Clone(argv)
+				argv[slices.Index(argv, "OUT")] = out
+				b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					fixturesErr = fmt.Errorf("build fixture %s: %v\n%s", name, err, b)
+					return
+				}
+				fixtures[name] = out
+			})
+		}
+		wg.Wait()
+	})
+	if fixturesErr != nil {
+		if _, err := exec.LookPath("gcc"); err != nil {
+			t.Skip("needs gcc to build the C fixtures (make deps installs it)")
+		}
+		t.Fatal(fixturesErr)
+	}
+	return fixtures
+}
+
+// fixture is a running fixture process.
+type fixture struct {
+	cmd   *exec.Cmd
+	pid   int
+	ready []string // the words after "ready"
+	stdin io.WriteCloser
+}
+
+// startFixture runs argv (in cgroup dir, if not empty) with extra
+// environment and waits for its "ready" line. Its stdout is drained so that
+// printing never blocks it.
+func startFixture(t *testing.T, cgroup string, env []string, argv ...string) *fixture {
+	t.Helper()
+	if cgroup != "" {
+		// Join the cgroup before exec, so the Go runtime reads its quota at
+		// start-up as it would in a container.
+		argv = append([]string{"sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cgroup}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool {
+		return strings.HasPrefix(kv, "GOMAXPROCS=") && !slices.Contains(env, kv)
+	})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) == 0 || f[0] != "ready" {
+		t.Fatalf("fixture %v: got %q, %v before ready", argv, line, err)
+	}
+	go io.Copy(io.Discard, r)
+	return &fixture{cmd: cmd, pid: cmd.Process.Pid, ready: f[1:], stdin: stdin}
+}
+
+// cpuCgroup makes a cgroup v1 cpu cgroup limited to quota CPUs and removes
+// it when the test ends.
+func cpuCgroup(t *testing.T, quota float64) string {
+	t.Helper()
+	const root = "/sys/fs/cgroup/cpu"
+	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
+		t.Skipf("needs the cgroup v1 cpu controller at %s to impose a CPU quota", root)
+	}
+	dir, err := os.MkdirTemp(root, "flint-doctor-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Move stragglers out, then remove it.
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, pid := range strings.Fields(string(b)) {
+				os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(pid), 0)
+			}
+		}
+		for range 50 {
+			if os.Remove(dir) == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("remove cgroup %s", dir)
+	})
+	const period = 100000
+	write := func(file string, v int) {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.Itoa(v)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cpu.cfs_period_us", period)
+	write("cpu.cfs_quota_us", int(quota*period))
+	return dir
+}
+
+// doctorRun records pid with the default thresholds.
+func doctorRun(t *testing.T, pid int, o Options) ([]Finding, *Data) {
+	t.Helper()
+	o.PID = pid
+	if o.Duration == 0 {
+		o.Duration = testDuration
+	}
+	if o.Frequency == 0 {
+		o.Frequency = testFrequency
+	}
+	findings, data, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range data.Notes {
+		t.Logf("note: %s", n)
+	}
+	return findings, data
+}
+
+// of keeps the findings about pid: other engineers' processes share the
+// machine, and node-wide detectors see them.
+func of(findings []Finding, pid int) []Finding {
+	return slices.DeleteFunc(slices.Clone(findings), func(f Finding) bool { return f.PID != pid })
+}
+
+func byID(findings []Finding, id string) *Finding {
+	for i := range findings {
+		if findings[i].ID == id {
+			return &findings[i]
+		}
+	}
+	return nil
+}
+
+func evidence(f *Finding, name string) (Evidence, bool) {
+	for _, e := range f.Evidence {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Evidence{}, false
+}
+
+func logFindings(t *testing.T, label string, findings []Finding) {
+	t.Helper()
+	for _, f := range findings {
+		t.Logf("%s: [%s] %s pid %d: %s", label, f.Severity, f.ID, f.PID, f.Summary)
+		for _, e := range f.Evidence {
+			t.Logf("%s:     %s", label, e.Text)
+		}
+	}
+}
+
+// processCPU is the CPU pid used during a run, from /proc: what the tests
+// compare before and after a fix.
+func processCPU(t *testing.T, d *Data, pid int) float64 {
+	t.Helper()
+	p := d.Processes[pid]
+	if p == nil || p.CPU == 0 {
+		t.Fatalf("no CPU time measured for pid %d", pid)
+	}
+	return p.CPU.Seconds() / d.Duration.Seconds()
+}

@@ -1,0 +1,315 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flint-dev/flint/internal/collect"
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/tracefs"
+)
+
+// Options configure a doctor run.
+type Options struct {
+	// PID examines one process; Container the processes of the container
+	// whose ID starts with it; neither examines every process.
+	PID       int
+	Container string
+	// Duration is how long to record; zero means 10 s.
+	Duration time.Duration
+	// Frequency is CPU samples per second per CPU; zero means 99.
+	Frequency int
+	// EverySyscall traces every syscall of PID (raw_syscalls) rather than
+	// only those the detectors need, so syscall-errors sees them all. It
+	// slows every syscall on the node while it runs (docs/BENCHMARKS.md);
+	// it needs PID.
+	EverySyscall bool
+	// Thresholds decide when detectors fire; nil means DefaultThresholds.
+	Thresholds *Thresholds
+	// Progress, if set, is called about once a second while recording.
+	Progress func(collect.Progress)
+}
+
+// Run records the target processes for the duration (or until ctx ends),
+// tracing the syscalls the detectors need, and analyses what it measured.
+// It returns the findings worst first and the data they came from.
+func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Frequency == 0 {
+		o.Frequency = 99
+	}
+	if o.EverySyscall && o.PID == 0 {
+		return nil, nil, errors.New("tracing every syscall needs a PID: it slows every syscall on the node")
+	}
+	if o.PID != 0 {
+		if _, err := proc.Read(o.PID); err != nil {
+			return nil, nil, err
+		}
+	}
+	dir, err := tracefs.Mount()
+	if err != nil {
+		return nil, nil, err
+	}
+	d := &Data{Start: time.Now(), Processes: map[int]*Process{}}
+
+	// Facts first, while the targets surely live.
+	targets, err := targetPIDs(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	explicit := o.PID != 0 || o.Container != ""
+	if explicit {
+		for _, pid := range targets {
+			if p, err := readProcess(pid); err == nil {
+				d.Processes[pid] = p
+			}
+		}
+	}
+	probes := watchProbes(dir)
+	tr, err := StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall})
+	if err != nil {
+		probes.finish()
+		return nil, nil, err
+	}
+	defer tr.Close()
+	before := map[int]usage{}
+	for _, pid := range targets {
+		if u, err := readUsage(pid); err == nil {
+			before[pid] = u
+		}
+	}
+
+	res, err := collect.Record(ctx, collect.RecordOptions{
+		Frequency:    o.Frequency,
+		Duration:     o.Duration,
+		PID:          o.PID,
+		Container:    o.Container,
+		KernelStacks: true,
+		Progress:     o.Progress,
+	})
+	if err != nil {
+		probes.finish()
+		return nil, nil, err
+	}
+	sc, err := tr.Read()
+	if err != nil {
+		probes.finish()
+		return nil, nil, err
+	}
+	d.Profile = res.Profile
+	d.Duration = res.Profile.Duration
+	d.Notes = append(d.Notes, res.Warnings...)
+	d.Notes = append(d.Notes, sc.Warnings...)
+	if len(sc.Skipped) > 0 {
+		d.Notes = append(d.Notes, "no tracepoint for "+strings.Join(sc.Skipped, ", ")+": not traced")
+	}
+	if o.Container != "" {
+		sc.Calls = slices.DeleteFunc(sc.Calls, func(c *Call) bool { return !slices.Contains(targets, c.PID) })
+	}
+	d.Syscalls = sc
+	var notes []string
+	d.Probes, notes = probes.finish()
+	d.Notes = append(d.Notes, notes...)
+
+	// Facts about every other process that did something worth a look.
+	for _, pid := range activePIDs(d) {
+		if _, ok := d.Processes[pid]; ok {
+			continue
+		}
+		if p, err := readProcess(pid); err == nil {
+			d.Processes[pid] = p
+		}
+	}
+	for _, pid := range slices.Sorted(maps.Keys(d.Processes)) {
+		p := d.Processes[pid]
+		finishProcess(p, before[pid], d.Duration)
+		if explicit {
+			if p.Exited {
+				d.Notes = append(d.Notes, fmt.Sprintf("pid %d (%s) exited during the recording: its rates are averaged over the whole recording, longer than it ran", pid, p.Comm))
+			}
+			if p.Go == nil && !slices.ContainsFunc(p.Notes, isGoCheckNote) {
+				d.Notes = append(d.Notes, fmt.Sprintf("pid %d (%s) is not a Go program: Go checks (gomaxprocs-quota, go-runtime-overhead) skipped", pid, p.Comm))
+			}
+		}
+		d.Notes = append(d.Notes, p.Notes...)
+	}
+	if o.PID != 0 && d.Processes[o.PID] == nil {
+		d.Notes = append(d.Notes, fmt.Sprintf("pid %d exited before flint could read its facts", o.PID))
+	}
+	t := DefaultThresholds()
+	if o.Thresholds != nil {
+		t = *o.Thresholds
+	}
+	return AnalyzeWith(d, t), d, nil
+}
+
+func isGoCheckNote(n string) bool { return strings.Contains(n, "Go checks skipped") }
+
+// targetPIDs lists the processes asked about: the one PID, those of the
+// container, or every process.
+func targetPIDs(o Options) ([]int, error) {
+	if o.PID != 0 {
+		return []int{o.PID}, nil
+	}
+	pids, err := listPIDs()
+	if err != nil {
+		return nil, err
+	}
+	if o.Container == "" {
+		return pids, nil
+	}
+	var out []int
+	for _, pid := range pids {
+		if p, err := proc.Read(pid); err == nil && strings.HasPrefix(p.Container, o.Container) {
+			out = append(out, pid)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no running container with ID %s…", o.Container)
+	}
+	return out, nil
+}
+
+// minActiveCPU is the CPU a process must use for flint to read its facts
+// when examining every process: below it no detector can fire.
+const minActiveCPU = 0.01
+
+// activePIDs lists the processes that used CPU or made traced calls.
+func activePIDs(d *Data) []int {
+	seen := map[int]bool{}
+	x := d.index()
+	for pid, n := range x.samples {
+		if float64(n)*x.perSample >= minActiveCPU {
+			seen[pid] = true
+		}
+	}
+	if d.Syscalls != nil {
+		for _, c := range d.Syscalls.Calls {
+			seen[c.PID] = true
+		}
+	}
+	delete(seen, 0)
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// finishProcess adds what p did during the recording, from its counters
+// now and before (when they were read): CPU time and context switches,
+// scaled to a recording of d (the readings span a little more). It marks a
+// process that is gone as exited.
+func finishProcess(p *Process, before usage, d time.Duration) {
+	after, err := readUsage(p.PID)
+	if err != nil || after.start != p.StartTime {
+		p.Exited = true
+		return
+	}
+	if before.start == p.StartTime && after.at.After(before.at) {
+		scale := func(n time.Duration) time.Duration {
+			return time.Duration(float64(n) * d.Seconds() / after.at.Sub(before.at).Seconds())
+		}
+		p.CPU = scale(after.cpu - before.cpu)
+		if before.ctxSwitches >= 0 && after.ctxSwitches >= 0 {
+			p.CtxSwitches = int64(scale(time.Duration(after.ctxSwitches - before.ctxSwitches)))
+		}
+		p.ThreadCPU = map[int]time.Duration{}
+		for tid, cpu := range after.threads {
+			p.ThreadCPU[tid] = scale(cpu - before.threads[tid])
+		}
+	}
+	if l := p.Limit; l != nil && l.startPeriods >= 0 {
+		if per, thr, err := l.throttling(); err == nil {
+			l.Periods, l.Throttled = per-l.startPeriods, thr-l.startThrottled
+		}
+	}
+}
+
+// SyscallOptions configure TraceSyscalls.
+type SyscallOptions struct {
+	// PID traces one process; Container the processes of the container
+	// whose ID starts with it; neither traces every process.
+	PID       int
+	Container string
+	// Duration is how long to trace; zero means 10 s.
+	Duration time.Duration
+	// Syscalls are traced through their own tracepoints; none traces
+	// every syscall of PID through raw_syscalls, which slows every syscall
+	// on the node while it runs (and needs PID).
+	Syscalls []string
+}
+
+// TraceSyscalls counts and times syscalls for the duration (or until ctx
+// ends) and returns them with the facts of the processes that made them;
+// Data.Profile is nil.
+func TraceSyscalls(ctx context.Context, o SyscallOptions) (*Data, error) {
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.PID != 0 {
+		if _, err := proc.Read(o.PID); err != nil {
+			return nil, err
+		}
+	}
+	targets, err := targetPIDs(Options{PID: o.PID, Container: o.Container})
+	if err != nil {
+		return nil, err
+	}
+	d := &Data{Start: time.Now(), Processes: map[int]*Process{}}
+	before := map[int]usage{}
+	if o.PID != 0 {
+		if p, err := readProcess(o.PID); err == nil {
+			d.Processes[o.PID] = p
+		}
+		before[o.PID], _ = readUsage(o.PID)
+	}
+	tr, err := StartTracer(TracerOptions{PID: o.PID, Every: len(o.Syscalls) == 0, Syscalls: o.Syscalls})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	timer := time.NewTimer(o.Duration)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	sc, err := tr.Read()
+	if err != nil {
+		return nil, err
+	}
+	if o.Container != "" {
+		sc.Calls = slices.DeleteFunc(sc.Calls, func(c *Call) bool { return !slices.Contains(targets, c.PID) })
+	}
+	d.Syscalls, d.Duration = sc, sc.Duration
+	d.Notes = append(d.Notes, sc.Warnings...)
+	if len(sc.Skipped) > 0 {
+		d.Notes = append(d.Notes, "no tracepoint for "+strings.Join(sc.Skipped, ", ")+": not traced")
+	}
+	for _, pid := range activePIDs(d) {
+		if d.Processes[pid] == nil {
+			if p, err := readProcess(pid); err == nil {
+				d.Processes[pid] = p
+			} else {
+				d.Processes[pid] = &Process{PID: pid, Comm: sc.Comms[pid], Exited: true, CtxSwitches: -1}
+			}
+		}
+	}
+	if p := d.Processes[o.PID]; p != nil {
+		finishProcess(p, before[o.PID], d.Duration)
+		if p.Exited {
+			d.Notes = append(d.Notes, fmt.Sprintf("pid %d (%s) exited during the recording: its rates are averaged over the whole recording, longer than it ran", p.PID, p.Comm))
+		}
+	}
+	return d, nil
+}
+
+// KnownSyscall reports whether name is a syscall of this architecture.
+func KnownSyscall(name string) bool {
+	_, ok := syscallNumber(name)
+	return ok
+}
