@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# agent.sh: what the always-on agent costs in steady state, and what it
+# costs to start, while both CPUs are saturated by the spin fixtures.
+#
+#	sudo bench/agent.sh                 # 5 minutes of steady state
+#	sudo STEADY=60 bench/agent.sh       # shorter
+#
+# Measured from outside the agent: its CPU (utime+stime of /proc/PID/stat),
+# the run time of its BPF programs (its /metrics, kernel BPF statistics
+# enabled by the agent itself), its peak RSS (VmHWM), and the store's bytes
+# per sample. Start-up: the agent's CPU from exec until /metrics first
+# reports a sample. Results go to bench/results/agent-<date>/.
+set -euo pipefail
+
+STEADY=${STEADY:-300}
+WARMUP=${WARMUP:-30}
+say() { printf 'bench: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "needs root (run: sudo bench/agent.sh)"
+[[ $STEADY =~ ^[0-9]+$ && $STEADY -ge 10 ]] || die "STEADY=$STEADY: want whole seconds, at least 10"
+command -v gcc >/dev/null || die "needs gcc (apt-get install gcc)"
+command -v curl >/dev/null || die "needs curl (apt-get install curl)"
+
+cd "$(dirname "$0")/.."
+out=bench/results/agent-$(date -u +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+go build -o "$out/flint" ./cmd/flint
+gcc -O1 -fno-omit-frame-pointer -o "$out/spin" testdata/fixtures/spin.c
+go build -o "$out/spin-go" ./testdata/fixtures/spin-go
+
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# Load: one C and one Go fixture per CPU, so both CPUs stay busy.
+for _ in $(seq "$(nproc)"); do
+	"$out/spin" >/dev/null & pids+=($!)
+	"$out/spin-go" >/dev/null & pids+=($!)
+done
+
+ticks=$(getconf CLK_TCK)
+cpu_s() { awk -v t="$ticks" '{ c = substr($0, index($0, ")") + 2); split(c, f, " "); print (f[12] + f[13]) / t }' "/proc/$1/stat"; }
+metric() { curl -s "http://$addr/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+
+addr=127.0.0.1:7079
+data=$(mktemp -d)
+"$out/flint" agent --data-dir "$data" --listen "$addr" 2>"$out/agent.log" & agent=$!
+pids+=($agent)
+
+# Start-up: CPU until the first sample is counted.
+until [[ $(metric flint_samples_total 2>/dev/null || true) =~ ^[1-9] ]]; do
+	kill -0 $agent 2>/dev/null || die "agent exited: $(cat "$out/agent.log")"
+	sleep 0.05
+done
+startup=$(cpu_s $agent)
+say "start-up to first sample: ${startup} s CPU"
+
+say "warming up for ${WARMUP} s"
+sleep "$WARMUP"
+cpu0=$(cpu_s $agent); bpf0=$(metric flint_bpf_run_seconds_total); samples0=$(metric flint_samples_written_total)
+say "steady state for ${STEADY} s"
+sleep "$STEADY"
+cpu1=$(cpu_s $agent); bpf1=$(metric flint_bpf_run_seconds_total); samples1=$(metric flint_samples_written_total)
+peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
+store=$(du -sb "$data" | cut -f1)
+written=$(metric flint_samples_written_total)
+kill -TERM $agent; wait $agent || true
+
+cores=$(nproc)
+awk -v c0="$cpu0" -v c1="$cpu1" -v b0="$bpf0" -v b1="$bpf1" -v s="$STEADY" -v n="$cores" \
+	-v peak="$peak" -v st="$startup" -v bytes="$store" -v smp="$written" -v s0="$samples0" -v s1="$samples1" '
+BEGIN {
+	user = (c1 - c0) / s; bpf = (b1 - b0) / s
+	printf "| steady state, %d s at 99 Hz, %d CPUs busy | value |\n|---|---:|\n", s, n
+	printf "| agent CPU (user+sys), %% of one core | %.3f%% |\n", 100 * user
+	printf "| BPF programs, %% of one core | %.3f%% |\n", 100 * bpf
+	printf "| total, %% of the machine (%d cores) | %.3f%% |\n", n, 100 * (user + bpf) / n
+	printf "| samples written per second | %.0f |\n", (s1 - s0) / s
+	printf "| peak RSS | %.1f MB |\n", peak
+	printf "| start-up to first sample, CPU | %.3f s |\n", st
+	printf "| store bytes per sample (%d samples) | %.2f |\n", smp, bytes / (smp > 0 ? smp : 1)
+}' | tee "$out/summary.md"
+rm -rf "$data"

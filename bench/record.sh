@@ -1,0 +1,500 @@
+#!/usr/bin/env bash
+# record.sh: the cost of recording the whole machine with flint, bcc's
+# profile and perf, one after the other, each under the same load (both CPUs
+# busy with the spin fixtures). See docs/BENCHMARKS.md for what is measured.
+#
+#	sudo make bench            # or: sudo bench/record.sh
+#	sudo DURATION=10 bench/record.sh   # part 1 shorter
+#
+# Part 1: each tool records at 99 Hz for DURATION seconds (default 30):
+# CPU seconds and peak RSS of its processes (GNU time), and the run time of
+# its BPF programs (kernel.bpf_stats_enabled=1, bpftool polled every ~0.5 s,
+# the programs pinned so their final counts can be read after the exit).
+# Part 2: each tool records at 999 Hz while bench/hrtimer.bt times the perf
+# cpu-clock timer handler for 5 s of the tool's steady state (from a second
+# after it started sampling); then the tool is stopped with SIGINT, so each
+# records for 8-10 s. The handler's average is the in-kernel time of a sample.
+#
+# Needs root; installs what is missing with apt-get. Raw outputs and logs go
+# to bench/results/<date>/ (bench/results/latest links to the last run).
+set -euo pipefail
+
+DURATION=${DURATION:-30}
+FREQ=99
+KFREQ=999
+POLL=0.5
+
+say() { printf 'bench: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+
+[[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 5 ]] || die "DURATION=$DURATION: want whole seconds, at least 5"
+[[ $(id -u) -eq 0 ]] || die "needs root: BPF, perf -a and bpftrace (run: sudo make bench)"
+
+cd "$(dirname "$0")/.."
+bench=$PWD/bench
+
+# --- what the tools need -----------------------------------------------------
+
+# Debian packages for missing commands.
+need=()
+command -v profile-bpfcc >/dev/null || need+=(bpfcc-tools)
+command -v bpftrace >/dev/null || need+=(bpftrace)
+command -v perf >/dev/null || need+=(linux-perf)
+command -v bpftool >/dev/null || need+=(bpftool)
+command -v jq >/dev/null || need+=(jq)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+[[ -x /usr/bin/time ]] || need+=(time)
+kernel=$(uname -r)
+if [[ ! -e /lib/modules/$kernel/build ]] && ! compgen -G '/usr/src/linux-headers-*-amd64' >/dev/null; then
+	need+=(linux-headers-amd64)
+fi
+if ((${#need[@]})); then
+	say "installing ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+fi
+
+# bcc compiles its BPF C against kernel headers at /lib/modules/$(uname -r).
+# When the running kernel has none, use Debian's (another version: profile
+# only needs the generic ones). Debian splits them in two: -amd64 (build) and
+# -common (source).
+if [[ ! -e /lib/modules/$kernel/build ]]; then
+	headers=$(ls -d /usr/src/linux-headers-*-amd64 | sort -V | tail -n 1)
+	mkdir -p "/lib/modules/$kernel"
+	ln -sfn "$headers" "/lib/modules/$kernel/build"
+	say "no kernel headers for $kernel: linked /lib/modules/$kernel/build -> $headers (for bcc)"
+	common=${headers%-amd64}-common
+	if [[ ! -e /lib/modules/$kernel/source && -d $common ]]; then
+		ln -sfn "$common" "/lib/modules/$kernel/source"
+		say "linked /lib/modules/$kernel/source -> $common (for bcc)"
+	fi
+fi
+
+# bpftrace's tracepoints need tracefs.
+tracefs=/sys/kernel/tracing
+if [[ ! -d $tracefs/events/timer ]]; then
+	mount -t tracefs nodev "$tracefs" ||
+		die "tracefs is not mounted and mounting it failed; bpftrace needs it: mount -t tracefs nodev $tracefs"
+	say "mounted tracefs at $tracefs (for bpftrace)"
+fi
+# bench/hrtimer.bt reads these fields and this symbol; check they exist here.
+entry_fmt=$tracefs/events/timer/hrtimer_expire_entry/format
+exit_fmt=$tracefs/events/timer/hrtimer_expire_exit/format
+grep -q 'field:void \* hrtimer;' "$entry_fmt" && grep -q 'field:void \* function;' "$entry_fmt" &&
+	grep -q 'field:void \* hrtimer;' "$exit_fmt" ||
+	die "timer:hrtimer_expire_entry/exit lack the fields hrtimer.bt reads; see $entry_fmt"
+grep -q ' perf_swevent_hrtimer$' /proc/kallsyms || die "no perf_swevent_hrtimer in /proc/kallsyms: cannot time the cpu-clock handler"
+# hrtimer.bt tells the tool's events from others' by the perf_event around
+# the hrtimer; bpftrace 0.17 has no offsetof, so take it from BTF.
+hrtimer_offset=$(bpftool -j btf dump file /sys/kernel/btf/vmlinux | jq -r --arg struct perf_event --arg path hw.hrtimer -f "$PWD/bench/btfoffset.jq") ||
+	die "cannot find perf_event.hw.hrtimer in /sys/kernel/btf/vmlinux"
+
+# --- build -------------------------------------------------------------------
+
+run=$bench/results/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$run/bin"
+ln -sfn "$(basename "$run")" "$bench/results/latest"
+say "raw outputs and logs: $run"
+
+go=${GO:-go}
+command -v "$go" >/dev/null || go=/usr/local/go/bin/go # sudo drops /usr/local/go/bin from PATH
+"$go" build -o bin/flint ./cmd/flint || die "go build ./cmd/flint failed"
+gcc -O1 -fno-omit-frame-pointer -o "$run/bin/spin" testdata/fixtures/spin.c
+"$go" build -o "$run/bin/spin-go" ./testdata/fixtures/spin-go
+flint=$PWD/bin/flint
+
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "kernel: $(uname -r)"
+	echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+	echo "cpus: $(nproc)"
+	echo "flint: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "go: $("$go" version)"
+	echo "bcc: $(dpkg-query -W -f '${Version}' bpfcc-tools 2>/dev/null)"
+	echo "perf: $(perf --version)"
+	echo "bpftrace: $(bpftrace --version)"
+	echo "bpftool: $(bpftool version | head -n 1)"
+	echo "perf_event.hw.hrtimer offset: $hrtimer_offset"
+	echo "DURATION=$DURATION"
+} >"$run/env.txt"
+cp "$entry_fmt" "$run/hrtimer_expire_entry.format"
+cp "$exit_fmt" "$run/hrtimer_expire_exit.format"
+
+# --- load, cleanup -------------------------------------------------------------
+
+load_pids=()
+tool_pid=
+ids=
+# read -t on a FIFO no one writes is a sleep that starts no process.
+mkfifo "$run/.tick"
+exec {tick}<>"$run/.tick"
+stats_was=$(sysctl -n kernel.bpf_stats_enabled)
+
+# A private bpffs to pin the tools' programs in (see poll_bpf).
+pins=$(mktemp -d /tmp/flint-bench-bpffs.XXXXXX)
+if ! mount -t bpf bpf "$pins"; then
+	rmdir "$pins"
+	pins=
+	say "cannot mount a bpffs to pin programs: BPF run times miss up to ${POLL} s before each tool's exit"
+fi
+
+cleanup() {
+	local p
+	for p in "${load_pids[@]}" ${tool_pid:+$(tree "$tool_pid")}; do
+		kill "$p" 2>/dev/null || true
+	done
+	sysctl -q kernel.bpf_stats_enabled="$stats_was" || true
+	rm -f "$run/.tick"
+	if [[ -n $pins ]]; then
+		umount "$pins" && rmdir "$pins"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# busy_ticks prints the CPU time the machine spent busy, in clock ticks.
+busy_ticks() {
+	awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat
+}
+hz=$(getconf CLK_TCK)
+
+# load_start keeps both CPUs busy: the C and the Go spin fixture, one each.
+# load_stop NAME TOOL_CPU_S writes NAME.load: "wall_s busy_s fixtures_s"
+# over the time the load ran, and warns when something else took more than
+# a tenth of the machine (the harness takes a few percent) or a fixture died.
+load_start() {
+	load_t0=$(date +%s.%N)
+	load_b0=$(busy_ticks)
+	"$run/bin/spin" >"$run/load.spin.out" &
+	load_pids=($!)
+	"$run/bin/spin-go" >"$run/load.spin-go.out" &
+	load_pids+=($!)
+	local i
+	for ((i = 0; i < 100; i++)); do
+		grep -qs ready "$run/load.spin.out" && grep -qs ready "$run/load.spin-go.out" && return
+		sleep 0.1
+	done
+	die "the spin fixtures did not start"
+}
+
+load_stop() {
+	local p fixtures=0
+	for p in "${load_pids[@]}"; do
+		if alive "$p"; then
+			fixtures=$((fixtures + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+		else
+			echo "warning: $1: load process $p ended during the measurement (killed by something else?)" |
+				tee -a "$run/warnings.txt" | sed 's/^/bench: /' >&2
+		fi
+	done
+	echo "$(date +%s.%N) $(busy_ticks) $fixtures" |
+		awk -v t0="$load_t0" -v b0="$load_b0" -v hz="$hz" '{printf "%.2f %.2f %.2f\n", $1 - t0, ($2 - b0) / hz, $3 / hz}' >"$run/$1.load"
+	awk -v n="$(nproc)" -v tool="$2" '$2 - $3 - tool > 0.1 * n * $1 {
+		printf "warning: %s: something else used %.0f%% of the CPUs (see the .ps-before and .ps-after files)\n", name, 100 * ($2 - $3 - tool) / (n * $1)
+	}' name="$1" "$run/$1.load" | tee -a "$run/warnings.txt" | sed 's/^/bench: /' >&2
+	for p in "${load_pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	load_pids=()
+}
+
+# The helpers the poller calls while a tool runs start no processes but
+# bpftool: flint hooks exec and fork, so every process the harness started
+# would be work for it that the others do not see the same way.
+
+# alive tells whether a child still runs (not yet a zombie).
+alive() {
+	local stat
+	read -r -a stat 2>/dev/null <"/proc/$1/stat" && [[ ${stat[2]} != Z ]]
+}
+
+# tree prints a process and its descendants.
+tree() {
+	local c
+	echo "$1"
+	for c in $(ps -o pid= --ppid "$1"); do
+		tree "$c"
+	done
+}
+
+# child_of prints the PID of a process's first child (the tool under time).
+child_of() {
+	ps -o pid= --ppid "$1" | awk 'NR == 1 {print $1}'
+}
+
+# prog_ids sets ids to the IDs of the BPF programs process $1 holds,
+# comma-separated.
+prog_ids() {
+	local f k v
+	local -A seen=()
+	for f in "/proc/$1/fdinfo/"*; do
+		{ while read -r k v; do [[ $k == prog_id: ]] && seen[$v]=1; done <"$f"; } 2>/dev/null || true
+	done
+	local IFS=,
+	ids="${!seen[*]}"
+}
+
+# snapshot prints one line for bpfstats.jq: the time, the IDS given and
+# bpftool's view of every program (run_time_ns, run_cnt).
+snapshot() {
+	local progs
+	progs=$(bpftool --json prog show 2>/dev/null) || progs='[]'
+	printf '{"t":%s,"ids":[%s],"progs":%s}\n' "$EPOCHREALTIME" "$1" "${progs:-[]}"
+}
+
+# poll_bpf snapshots the BPF programs every $POLL s until process $1 (time)
+# exits, with the IDs of those the tool under it holds. It pins each of them
+# in $pins so that they outlive the tool: one more snapshot after the exit
+# then has their final counts, and the pins go.
+poll_bpf() {
+	local tool= ids id
+	while alive "$1"; do
+		[[ -n $tool ]] || tool=$(child_of "$1")
+		ids=
+		[[ -z $tool ]] || prog_ids "$tool"
+		if [[ -n $pins ]]; then
+			for id in ${ids//,/ }; do
+				[[ -e $pins/$id ]] || bpftool prog pin id "$id" "$pins/$id" 2>/dev/null || true
+			done
+		fi
+		snapshot "$ids"
+		read -rt "$POLL" -u "$tick" || true # sleep, without a process
+	done
+	if [[ -n $pins ]]; then
+		snapshot ""
+		rm -f "$pins"/[0-9]*
+	fi
+}
+
+# measure NAME CMD... runs CMD under GNU time while polling its BPF programs.
+# Writes NAME.out (stdout), NAME.err, NAME.time (last line: "wall_s user_s
+# sys_s maxrss_kb"; a line before it if CMD died of a signal) and NAME.bpf.json.
+measure() {
+	local name=$1
+	shift
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-before"
+	/usr/bin/time -f '%e %U %S %M' -o "$run/$name.time" "$@" >"$run/$name.out" 2>"$run/$name.err" &
+	tool_pid=$!
+	poll_bpf "$tool_pid" >"$run/$name.bpf.jsonl"
+	wait "$tool_pid" || die "$name failed (exit $?); see $run/$name.err"
+	tool_pid=
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-after"
+	jq -s -f "$bench/bpfstats.jq" "$run/$name.bpf.jsonl" >"$run/$name.bpf.json"
+}
+
+# cpu_of NAME... prints the CPU seconds (user + sys) in NAME.time files.
+cpu_of() {
+	local n
+	for n in "$@"; do
+		tail -n 1 "$run/$n.time"
+	done | awk '{s += $2 + $3} END {print s + 0}'
+}
+
+# samples prints how many samples a tool says it took, or "?".
+samples() {
+	local name=$1 n=
+	case ${name#k-} in
+	flint*) n=$(sed -n 's/^flint: \([0-9]*\) samples.*/\1/p' "$run/$name.err") ;;
+	bcc*) n=$(awk '{n += $NF} END {print n + 0}' "$run/$name.out") ;;
+	perf*) n=$(sed -n 's/.*(\([0-9]*\) samples).*/\1/p' "$run/$name.err") ;;
+	esac
+	echo "${n:-?}"
+}
+
+# warnings prints what a tool said on stderr beyond its usual summary.
+warnings() {
+	grep -v -e '^flint: [0-9]* samples' -e '^\[ perf record:' "$run/$1.err" | sed "s/^/  $1: /" || true
+}
+
+# --- part 1: whole machine at 99 Hz for DURATION s --------------------------------
+
+sysctl -q kernel.bpf_stats_enabled=1
+total=$((4 * DURATION))
+say "part 1: 4 tools x ${DURATION} s at $FREQ Hz (about $((total + 30)) s)"
+
+part1=(flint-aggregate flint-ringbuf bcc-profile perf)
+for name in "${part1[@]}"; do
+	load_start
+	say "  $name"
+	case $name in
+	flint-*)
+		measure "$name" "$flint" record -a -F "$FREQ" -d "${DURATION}s" --transfer "${name#flint-}" -o "$run/$name.svg"
+		;;
+	bcc-profile)
+		measure "$name" profile-bpfcc -F "$FREQ" -af "$DURATION"
+		;;
+	perf)
+		measure perf-record perf record -F "$FREQ" -a -g -o "$run/perf.data" -- sleep "$DURATION"
+		measure perf-script perf script -i "$run/perf.data"
+		;;
+	esac
+	case $name in
+	perf) load_stop "$name" "$(cpu_of perf-record perf-script)" ;;
+	*) load_stop "$name" "$(cpu_of "$name")" ;;
+	esac
+done
+sysctl -q kernel.bpf_stats_enabled="$stats_was"
+
+# row1 LABEL LOAD PARTS... prints the table row of a tool whose processes
+# are PARTS, run while the load LOAD ran.
+row1() {
+	local label=$1 load=$2
+	shift 2
+	local p
+	for p in "$@"; do
+		read -r wall user sys rss < <(tail -n 1 "$run/$p.time")
+		jq -r '"\(.run_time_ns) \(.run_cnt) \(.sample_time_ns) \(.sample_cnt)"' "$run/$p.bpf.json" |
+			{ read -r bt bc st sc; echo "$wall $user $sys $rss $bt $bc $st $sc"; }
+	done | awk -v label="$label" -v samples="$(samples "$1")" -v load="$(cat "$run/$load.load")" '
+		{ wall += $1; user += $2; sys += $3; if ($4 > rss) rss = $4
+		  bt += $5; bc += $6; st += $7; sc += $8 }
+		END {
+			split(load, l, " ")
+			bpf = bc ? sprintf("%.1f", bt / 1e6) : "n/a"
+			per = sc ? sprintf("%.0f", st / sc) : "n/a"
+			runs = bc ? bc : "n/a"
+			printf "| %s | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %s | %.1f | %.2f |\n",
+				label, user + sys, user, sys, rss / 1024, bpf, runs, per, samples, wall, l[2] - l[3] - (user + sys)
+		}'
+}
+
+table1=$run/part1.md
+{
+	echo "Whole machine, $FREQ Hz, ${DURATION} s, both CPUs busy; CPU and RSS of the tool's processes from start to exit."
+	echo "BPF ns/sample: run time / runs of the tool's perf_event programs. Other CPU s: the machine's busy time while"
+	echo "the load ran, minus the load's and the tool's: the harness (bpftool polls) and anything else running."
+	echo
+	echo "| tool | CPU s | user s | sys s | peak RSS MB | BPF run time ms | BPF runs | BPF ns/sample | samples | wall s | other CPU s |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	row1 "flint --transfer aggregate (svg)" flint-aggregate flint-aggregate
+	row1 "flint --transfer ringbuf (svg)" flint-ringbuf flint-ringbuf
+	row1 "bcc profile-bpfcc -af (folded)" bcc-profile bcc-profile
+	row1 "perf record -g + perf script" perf perf-record perf-script
+} >"$table1"
+
+# --- part 2: in-kernel time per sample at 999 Hz -----------------------------------
+
+# ready waits until a tool samples: a BPF tool holds its programs, perf has
+# started its workload (it enables the events first); then one more second.
+ready() {
+	local i p
+	for ((i = 0; i < 300; i++)); do
+		alive "$1" || return 1
+		case $2 in
+		bpf)
+			ids=
+			prog_ids "$(child_of "$1")"
+			[[ -n $ids ]] && break
+			;;
+		perf) for p in $(tree "$1"); do [[ $(cat "/proc/$p/comm" 2>/dev/null) == sleep ]] && break 2; done ;;
+		esac
+		sleep 0.1
+	done
+	sleep 1
+}
+
+# handler NAME prints "avg_ns count others load_avg_ns load_count" from
+# hrtimer.bt's output.
+handler() {
+	awk '{ gsub(",", "") } /^@ns: count/ { avg = $5; n = $3 } /^@load_ns: count/ { lavg = $5; ln = $3 }
+		/^@others:/ { others = $2 } END { if (n) print avg, n, others + 0, lavg + 0, ln + 0 }' "$run/k-$1.bt"
+}
+
+# kmeasure NAME KIND CMD... times the cpu-clock handler while CMD samples,
+# then stops CMD with SIGINT (CMD asks for 60 s; it is never reached).
+# Background jobs of a script start with SIGINT ignored, and Python (bcc)
+# keeps it so: env restores it. bpftrace runs at a higher priority only so
+# that it starts in time on the busy machine; its probes run in the timer
+# interrupt either way.
+kmeasure() {
+	local name=k-$1 kind=$2
+	shift 2
+	load_start
+	say "  ${name#k-}"
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-before"
+	/usr/bin/time -f '%e %U %S %M' -o "$run/$name.time" env --default-signal=INT "$@" >"$run/$name.out" 2>"$run/$name.err" &
+	tool_pid=$!
+	ready "$tool_pid" "$kind" || die "${name#k-} exited before sampling; see $run/$name.err"
+	local pid
+	pid=$(child_of "$tool_pid")
+	nice -n -10 bpftrace "$bench/hrtimer.bt" "$pid" "$hrtimer_offset" >"$run/$name.bt" 2>&1 ||
+		die "bpftrace failed; see $run/$name.bt"
+	alive "$tool_pid" || die "${name#k-} ended before bpftrace did; see $run/$name.err"
+	kill -INT "$pid"
+	# perf exits with its workload's status (killed); check the output instead.
+	local rc=0
+	wait "$tool_pid" || rc=$?
+	echo "$rc" >"$run/$name.rc"
+	tool_pid=
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-after"
+	load_stop "$name" "$(cpu_of "$name")"
+	[[ $(samples "$name") != \? ]] || die "${name#k-} wrote no samples after SIGINT; see $run/$name.err"
+	# A handler run count far from the tool's rate means the window was not
+	# all steady state.
+	handler "${name#k-}" | awk -v want=$((KFREQ * $(nproc) * 5)) -v name="$name" '
+		$2 < 0.9 * want || $2 > 1.1 * want { printf "warning: %s: %d handler runs in 5 s, not about %d\n", name, $2, want }' |
+		tee -a "$run/warnings.txt" | sed 's/^/bench: /' >&2
+}
+
+say "part 2: 5 tools at $KFREQ Hz, about 10 s each"
+kmeasure flint-aggregate bpf "$flint" record -a -F "$KFREQ" -d 60s --transfer aggregate -o "$run/k-flint-aggregate.svg"
+kmeasure flint-ringbuf bpf "$flint" record -a -F "$KFREQ" -d 60s --transfer ringbuf -o "$run/k-flint-ringbuf.svg"
+kmeasure bcc-profile bpf profile-bpfcc -F "$KFREQ" -af 60
+kmeasure perf-g perf perf record -F "$KFREQ" -a -g -o "$run/k-perf-g.data" -- sleep 60
+kmeasure perf-nostack perf perf record -F "$KFREQ" -a -o "$run/k-perf-nostack.data" -- sleep 60
+
+read -r floor _ _ lfloor _ < <(handler perf-nostack) || true
+row2() {
+	read -r wall user sys rss < <(tail -n 1 "$run/k-$2.time")
+	handler "$2" | awk -v label="$1" -v floor="${floor:-0}" -v lfloor="${lfloor:-0}" -v samples="$(samples "k-$2")" \
+		-v cpu="$(echo "$user $sys" | awk '{print $1 + $2}')" -v load="$(cat "$run/k-$2.load")" '
+		{ split(load, l, " ")
+		  printf "| %s | %.2f | %.2f | %.2f | %.2f | %d (%d) | %d | %s | %.1f | %.2f | %.2f |\n", label,
+			$1 / 1000, ($1 - floor) / 1000, $4 / 1000, ($4 - lfloor) / 1000, $2, $5, $3,
+			samples, l[1], cpu, l[2] - l[3] - cpu; found = 1 }
+		END { if (!found) printf "| %s | ? | ? | ? | ? | ? | ? | %s | | | |\n", label, samples }'
+}
+
+table2=$run/part2.md
+{
+	echo "Whole machine, $KFREQ Hz, both CPUs busy; perf cpu-clock handler (perf_swevent_hrtimer) timed by bpftrace over 5 s"
+	echo "of each tool's steady state. Samples, wall and CPU cover the tool's whole run (stopped with SIGINT after the 5 s);"
+	echo "Avg: over all runs of the tool's handler; on the load: over those that interrupted spin or spin-go (same stacks"
+	echo "for every tool). Runs: of the tool's events (expect $KFREQ x $(nproc) CPUs x 5 s), in brackets on the load;"
+	echo "others' runs: of other cpu-clock events (other profilers, bpftrace's own timer), left out."
+	echo "Other CPU s: the machine's busy time minus the load's and the tool's (bpftrace and anything else running)."
+	echo
+	echo "| tool | avg us | over floor us | on the load: avg us | over floor us | runs (on the load) | others' runs | samples | wall s | tool CPU s | other CPU s |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	row2 "flint --transfer aggregate" flint-aggregate
+	row2 "flint --transfer ringbuf" flint-ringbuf
+	row2 "bcc profile-bpfcc -F $KFREQ -a" bcc-profile
+	row2 "perf record -F $KFREQ -a -g" perf-g
+	row2 "perf record -F $KFREQ -a (no stack: floor)" perf-nostack
+} >"$table2"
+
+# --- report -------------------------------------------------------------------------
+
+{
+	sed 's/^/    /' "$run/env.txt"
+	echo
+	echo "## Recording cost: $FREQ Hz, $DURATION s"
+	echo
+	cat "$table1"
+	echo
+	echo "## In-kernel time per sample: $KFREQ Hz"
+	echo
+	cat "$table2"
+} | tee "$run/summary.md"
+
+said=$(for n in flint-aggregate flint-ringbuf bcc-profile perf-record perf-script \
+	k-flint-aggregate k-flint-ringbuf k-bcc-profile k-perf-g k-perf-nostack; do warnings "$n"; done)
+if [[ -n $said ]]; then
+	printf '\nWhat the tools printed besides their summary (see %s/*.err):\n%s\n' "$run" "$said" | tee -a "$run/summary.md"
+fi
+if [[ -s $run/warnings.txt ]]; then
+	printf '\nWarnings (these numbers may be off):\n' | tee -a "$run/summary.md"
+	tee -a "$run/summary.md" <"$run/warnings.txt"
+fi
+say "done: $run/summary.md"
