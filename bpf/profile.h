@@ -6,9 +6,6 @@
 // The kernel's default perf_event_max_stack.
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
-// Ring buffer records wake the reader once this much data waits (~1000
-// samples of typical depth), keeping wakeups rare at any frequency.
-#define RINGBUF_WAKEUP_BYTES (256 * 1024)
 #define EFAULT 14
 #define EEXIST 17
 

@@ -373,7 +373,10 @@ func parseCPUList(s string) ([]int, error) {
 
 // classify maps permission and support failures to sentinel errors.
 func classify(err error) error {
+	var verifier *ebpf.VerifierError
 	switch {
+	case errors.As(err, &verifier):
+		return err // the verifier refused the program: a flint bug, not privileges
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("%w: %v", ErrNoPermission, err)
 	case errors.Is(err, ebpf.ErrNotSupported):
