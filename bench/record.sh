@@ -3,8 +3,9 @@
 # profile and perf, one after the other, each under the same load (both CPUs
 # busy with the spin fixtures). See docs/BENCHMARKS.md for what is measured.
 #
-#	sudo make bench            # or: sudo bench/record.sh
-#	sudo DURATION=10 bench/record.sh   # part 1 shorter
+#	sudo make bench                      # or: sudo bench/record.sh
+#	sudo DURATION=10 bench/record.sh     # part 1 shorter
+#	sudo KROUNDS=5 bench/record.sh       # part 2 five times, interleaved
 #
 # Part 1: each tool records at 99 Hz for DURATION seconds (default 30):
 # CPU seconds and peak RSS of its processes (GNU time), and the run time of
@@ -14,12 +15,15 @@
 # cpu-clock timer handler for 5 s of the tool's steady state (from a second
 # after it started sampling); then the tool is stopped with SIGINT, so each
 # records for 8-10 s. The handler's average is the in-kernel time of a sample.
+# KROUNDS (default 1) repeats part 2, the tools interleaved; the table shows
+# medians.
 #
 # Needs root; installs what is missing with apt-get. Raw outputs and logs go
 # to bench/results/<date>/ (bench/results/latest links to the last run).
 set -euo pipefail
 
 DURATION=${DURATION:-30}
+KROUNDS=${KROUNDS:-1}
 FREQ=99
 KFREQ=999
 POLL=0.5
@@ -28,6 +32,7 @@ say() { printf 'bench: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 5 ]] || die "DURATION=$DURATION: want whole seconds, at least 5"
+[[ $KROUNDS =~ ^[1-9][0-9]*$ ]] || die "KROUNDS=$KROUNDS: want a number of rounds, at least 1"
 [[ $(id -u) -eq 0 ]] || die "needs root: BPF, perf -a and bpftrace (run: sudo make bench)"
 
 cd "$(dirname "$0")/.."
@@ -115,7 +120,7 @@ flint=$PWD/bin/flint
 	echo "bpftrace: $(bpftrace --version)"
 	echo "bpftool: $(bpftool version | head -n 1)"
 	echo "perf_event.hw.hrtimer offset: $hrtimer_offset"
-	echo "DURATION=$DURATION"
+	echo "DURATION=$DURATION KROUNDS=$KROUNDS"
 } >"$run/env.txt"
 cp "$entry_fmt" "$run/hrtimer_expire_entry.format"
 cp "$exit_fmt" "$run/hrtimer_expire_exit.format"
@@ -123,7 +128,7 @@ cp "$exit_fmt" "$run/hrtimer_expire_exit.format"
 # --- load, cleanup -------------------------------------------------------------
 
 load_pids=()
-tool_pid=
+tool_pids=() # GNU time processes of the tools running
 ids=
 # read -t on a FIFO no one writes is a sleep that starts no process.
 mkfifo "$run/.tick"
@@ -140,7 +145,7 @@ fi
 
 cleanup() {
 	local p
-	for p in "${load_pids[@]}" ${tool_pid:+$(tree "$tool_pid")}; do
+	for p in "${load_pids[@]}" $(for p in "${tool_pids[@]}"; do tree "$p"; done); do
 		kill "$p" 2>/dev/null || true
 	done
 	sysctl -q kernel.bpf_stats_enabled="$stats_was" || true
@@ -275,10 +280,10 @@ measure() {
 	shift
 	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-before"
 	/usr/bin/time -f '%e %U %S %M' -o "$run/$name.time" "$@" >"$run/$name.out" 2>"$run/$name.err" &
-	tool_pid=$!
-	poll_bpf "$tool_pid" >"$run/$name.bpf.jsonl"
-	wait "$tool_pid" || die "$name failed (exit $?); see $run/$name.err"
-	tool_pid=
+	tool_pids=($!)
+	poll_bpf "$!" >"$run/$name.bpf.jsonl"
+	wait "${tool_pids[0]}" || die "$name failed (exit $?); see $run/$name.err"
+	tool_pids=()
 	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-after"
 	jq -s -f "$bench/bpfstats.jq" "$run/$name.bpf.jsonl" >"$run/$name.bpf.json"
 }
@@ -293,8 +298,8 @@ cpu_of() {
 
 # samples prints how many samples a tool says it took, or "?".
 samples() {
-	local name=$1 n=
-	case ${name#k-} in
+	local name=$1 n= tool=${1#k-}
+	case ${tool#all-} in
 	flint*) n=$(sed -n 's/^flint: \([0-9]*\) samples.*/\1/p' "$run/$name.err") ;;
 	bcc*) n=$(awk '{n += $NF} END {print n + 0}' "$run/$name.out") ;;
 	perf*) n=$(sed -n 's/.*(\([0-9]*\) samples).*/\1/p' "$run/$name.err") ;;
@@ -376,7 +381,7 @@ table1=$run/part1.md
 # --- part 2: in-kernel time per sample at 999 Hz -----------------------------------
 
 # ready waits until a tool samples: a BPF tool holds its programs, perf has
-# started its workload (it enables the events first); then one more second.
+# started its workload (it enables the events first).
 ready() {
 	local i p
 	for ((i = 0; i < 300; i++)); do
@@ -391,88 +396,205 @@ ready() {
 		esac
 		sleep 0.1
 	done
-	sleep 1
 }
 
-# handler NAME prints "avg_ns count others load_avg_ns load_count" from
-# hrtimer.bt's output.
-handler() {
-	awk '{ gsub(",", "") } /^@ns: count/ { avg = $5; n = $3 } /^@load_ns: count/ { lavg = $5; ln = $3 }
-		/^@others:/ { others = $2 } END { if (n) print avg, n, others + 0, lavg + 0, ln + 0 }' "$run/k-$1.bt"
-}
-
-# kmeasure NAME KIND CMD... times the cpu-clock handler while CMD samples,
-# then stops CMD with SIGINT (CMD asks for 60 s; it is never reached).
-# Background jobs of a script start with SIGINT ignored, and Python (bcc)
-# keeps it so: env restores it. bpftrace runs at a higher priority only so
-# that it starts in time on the busy machine; its probes run in the timer
-# interrupt either way.
-kmeasure() {
-	local name=k-$1 kind=$2
+# kstart NAME KIND CMD... starts CMD under GNU time, SIGINT restored
+# (background jobs of a script start with it ignored, and Python, bcc, keeps
+# it so), and waits until it samples. Writes NAME.pid: the tool's PID.
+kstart() {
+	local name=$1 kind=$2
 	shift 2
-	load_start
-	say "  ${name#k-}"
-	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-before"
 	/usr/bin/time -f '%e %U %S %M' -o "$run/$name.time" env --default-signal=INT "$@" >"$run/$name.out" 2>"$run/$name.err" &
-	tool_pid=$!
-	ready "$tool_pid" "$kind" || die "${name#k-} exited before sampling; see $run/$name.err"
-	local pid
-	pid=$(child_of "$tool_pid")
-	nice -n -10 bpftrace "$bench/hrtimer.bt" "$pid" "$hrtimer_offset" >"$run/$name.bt" 2>&1 ||
-		die "bpftrace failed; see $run/$name.bt"
-	alive "$tool_pid" || die "${name#k-} ended before bpftrace did; see $run/$name.err"
-	kill -INT "$pid"
-	# perf exits with its workload's status (killed); check the output instead.
-	local rc=0
-	wait "$tool_pid" || rc=$?
-	echo "$rc" >"$run/$name.rc"
-	tool_pid=
-	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-after"
-	load_stop "$name" "$(cpu_of "$name")"
-	[[ $(samples "$name") != \? ]] || die "${name#k-} wrote no samples after SIGINT; see $run/$name.err"
-	# A handler run count far from the tool's rate means the window was not
-	# all steady state.
-	handler "${name#k-}" | awk -v want=$((KFREQ * $(nproc) * 5)) -v name="$name" '
+	tool_pids+=($!)
+	ready "$!" "$kind" || die "$name exited before sampling; see $run/$name.err"
+	child_of "$!" >"$run/$name.pid"
+}
+
+# kstop NAME... stops the tools with SIGINT and checks they wrote samples.
+# Their first 60 s, which they all ask for, are never reached.
+kstop() {
+	local name p rc
+	for name in "$@"; do
+		alive "$(<"$run/$name.pid")" || die "$name ended before bpftrace did; see $run/$name.err"
+		kill -INT "$(<"$run/$name.pid")"
+	done
+	for p in "${tool_pids[@]}"; do
+		# perf exits with its workload's status (killed): check the output.
+		rc=0
+		wait "$p" || rc=$?
+		echo "$rc" >>"$run/kstop.rc"
+	done
+	tool_pids=()
+	for name in "$@"; do
+		[[ $(samples "$name") != \? ]] || die "$name wrote no samples after SIGINT; see $run/$name.err"
+	done
+}
+
+# ktime runs bench/hrtimer.bt for 5 s into FILE. It runs at a higher
+# priority only so that it starts in time on a busy machine; its probes run
+# in the timer interrupt either way.
+ktime() {
+	nice -n -10 bpftrace "$bench/hrtimer.bt" "$hrtimer_offset" >"$1" 2>&1 || die "bpftrace failed; see $1"
+}
+
+# handler NAME [BT] prints "avg_ns count others load_avg_ns load_count"
+# for the tool NAME from hrtimer.bt's output BT (default NAME.bt); others:
+# runs of other processes' events.
+handler() {
+	awk -v pid="$(<"$run/$1.pid")" '
+		{ gsub(/[],:]/, " "); sub(/\[/, " ") }
+		$1 == "@ns" && $2 == pid { avg = $6; n = $4 }
+		$1 == "@ns" && $2 != pid { others += $4 }
+		$1 == "@load_ns" && $2 == pid { lavg = $6; ln = $4 }
+		END { if (n) print avg, n, others + 0, lavg + 0, ln + 0 }' "$run/${2:-$1.bt}"
+}
+
+# kcommand TOOL NAME sets cmd to what part 2 runs for TOOL, writing to
+# NAME.*, and kind to the readiness to wait for (see ready).
+kcommand() {
+	case $1 in
+	flint-*) kind=bpf cmd=("$flint" record -a -F "$KFREQ" -d 60s --transfer "${1#flint-}" -o "$run/$2.svg") ;;
+	bcc-profile) kind=bpf cmd=(profile-bpfcc -F "$KFREQ" -af 60) ;;
+	perf-g) kind=perf cmd=(perf record -F "$KFREQ" -a -g -o "$run/$2.data" -- sleep 60) ;;
+	perf-nostack) kind=perf cmd=(perf record -F "$KFREQ" -a -o "$run/$2.data" -- sleep 60) ;;
+	esac
+}
+
+# checkruns NAME [BT]: a handler run count far from the tool's rate means
+# the window was not all steady state.
+checkruns() {
+	handler "$@" | awk -v want=$((KFREQ * $(nproc) * 5)) -v name="$1" '
 		$2 < 0.9 * want || $2 > 1.1 * want { printf "warning: %s: %d handler runs in 5 s, not about %d\n", name, $2, want }' |
 		tee -a "$run/warnings.txt" | sed 's/^/bench: /' >&2
 }
 
-say "part 2: 5 tools at $KFREQ Hz, about 10 s each"
-kmeasure flint-aggregate bpf "$flint" record -a -F "$KFREQ" -d 60s --transfer aggregate -o "$run/k-flint-aggregate.svg"
-kmeasure flint-ringbuf bpf "$flint" record -a -F "$KFREQ" -d 60s --transfer ringbuf -o "$run/k-flint-ringbuf.svg"
-kmeasure bcc-profile bpf profile-bpfcc -F "$KFREQ" -af 60
-kmeasure perf-g perf perf record -F "$KFREQ" -a -g -o "$run/k-perf-g.data" -- sleep 60
-kmeasure perf-nostack perf perf record -F "$KFREQ" -a -o "$run/k-perf-nostack.data" -- sleep 60
+# The tools of part 2, in order. Each round runs them one after the other,
+# then all at once, so that they sample the same moments: a VM's speed
+# drifts over seconds, and that drift then falls on all of them alike.
+# KROUNDS > 1 repeats the rounds.
+ktools=(flint-aggregate flint-ringbuf bcc-profile perf-g perf-nostack)
+say "part 2: ${#ktools[@]} tools at $KFREQ Hz, about 10 s each, then together; $KROUNDS round(s)"
+kind=
+cmd=()
+for ((r = 1; r <= KROUNDS; r++)); do
+	for t in "${ktools[@]}"; do
+		name=k-$t.$r
+		say "  $name"
+		kcommand "$t" "$name"
+		load_start
+		ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-before"
+		kstart "$name" "$kind" "${cmd[@]}"
+		sleep 1
+		ktime "$run/$name.bt"
+		kstop "$name"
+		ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/$name.ps-after"
+		load_stop "$name" "$(cpu_of "$name")"
+		checkruns "$name"
+	done
+	say "  all together.$r"
+	load_start
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/k-all.$r.ps-before"
+	names=()
+	for t in "${ktools[@]}"; do
+		name=k-all-$t.$r
+		kcommand "$t" "$name"
+		kstart "$name" "$kind" "${cmd[@]}"
+		names+=("$name")
+	done
+	sleep 1
+	ktime "$run/k-all.$r.bt"
+	kstop "${names[@]}"
+	ps -eo pid,comm,time --sort=-time | head -n 15 >"$run/k-all.$r.ps-after"
+	load_stop "k-all.$r" "$(cpu_of "${names[@]}")"
+	for name in "${names[@]}"; do
+		checkruns "$name" "k-all.$r.bt"
+	done
+done
 
-read -r floor _ _ lfloor _ < <(handler perf-nostack) || true
-row2() {
-	read -r wall user sys rss < <(tail -n 1 "$run/k-$2.time")
-	handler "$2" | awk -v label="$1" -v floor="${floor:-0}" -v lfloor="${lfloor:-0}" -v samples="$(samples "k-$2")" \
-		-v cpu="$(echo "$user $sys" | awk '{print $1 + $2}')" -v load="$(cat "$run/k-$2.load")" '
-		{ split(load, l, " ")
-		  printf "| %s | %.2f | %.2f | %.2f | %.2f | %d (%d) | %d | %s | %.1f | %.2f | %.2f |\n", label,
-			$1 / 1000, ($1 - floor) / 1000, $4 / 1000, ($4 - lfloor) / 1000, $2, $5, $3,
-			samples, l[1], cpu, l[2] - l[3] - cpu; found = 1 }
-		END { if (!found) printf "| %s | ? | ? | ? | ? | ? | ? | %s | | | |\n", label, samples }'
+# rounds PREFIX TOOL prints, a line per round: "avg_ns count others
+# load_avg_ns load_count samples". PREFIX: k (alone) or k-all (together).
+rounds() {
+	local r name bt
+	for ((r = 1; r <= KROUNDS; r++)); do
+		name=$1-$2.$r
+		bt=$name.bt
+		[[ $1 == k-all ]] && bt=k-all.$r.bt
+		echo "$(handler "$name" "$bt") $(samples "$name")"
+	done | awk 'NF == 6'
 }
 
-table2=$run/part2.md
+# The median of each column of rounds, and the lowest and highest average
+# on the load.
+medians='
+	function median(c,    i, j, v, t) {
+		for (i = 1; i <= NR; i++) v[i] = col[i, c]
+		for (i = 2; i <= NR; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+		return NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+	}
+	{ for (c = 1; c <= NF; c++) col[NR, c] = $c
+	  if (NR == 1 || $4 < lo) lo = $4
+	  if (NR == 1 || $4 > hi) hi = $4 }'
+
+# row2 PREFIX LABEL TOOL prints the table row of TOOL.
+row2() {
+	local floor lfloor
+	read -r floor lfloor < <(rounds "$1" perf-nostack | awk "$medians"' END { if (NR) print median(1), median(4) }') || true
+	rounds "$1" "$3" | awk -v label="$2" -v floor="${floor:-0}" -v lfloor="${lfloor:-0}" "$medians"'
+		END {
+			if (!NR) { printf "| %s | ? | ? | ? | ? | ? | ? | ? | ? |\n", label; exit }
+			range = NR > 1 ? sprintf("%.2f-%.2f", lo / 1000, hi / 1000) : "-"
+			printf "| %s | %.2f | %.2f | %.2f | %.2f | %s | %d (%d) | %d | %d |\n", label,
+				median(1) / 1000, (median(1) - floor) / 1000, median(4) / 1000, (median(4) - lfloor) / 1000, range,
+				median(2), median(5), median(3), median(6)
+		}'
+}
+
+# table2 PREFIX prints the table of part 2, the tools alone or together.
+table2() {
+	echo "| tool | avg us | over floor us | on the load: avg us | over floor us | range us | runs (on the load) | others' runs | samples |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	row2 "$1" "flint --transfer aggregate" flint-aggregate
+	row2 "$1" "flint --transfer ringbuf" flint-ringbuf
+	row2 "$1" "bcc profile-bpfcc -F $KFREQ -a" bcc-profile
+	row2 "$1" "perf record -F $KFREQ -a -g" perf-g
+	row2 "$1" "perf record -F $KFREQ -a (no stack: floor)" perf-nostack
+}
+
 {
-	echo "Whole machine, $KFREQ Hz, both CPUs busy; perf cpu-clock handler (perf_swevent_hrtimer) timed by bpftrace over 5 s"
-	echo "of each tool's steady state. Samples, wall and CPU cover the tool's whole run (stopped with SIGINT after the 5 s);"
-	echo "Avg: over all runs of the tool's handler; on the load: over those that interrupted spin or spin-go (same stacks"
-	echo "for every tool). Runs: of the tool's events (expect $KFREQ x $(nproc) CPUs x 5 s), in brackets on the load;"
-	echo "others' runs: of other cpu-clock events (other profilers, bpftrace's own timer), left out."
-	echo "Other CPU s: the machine's busy time minus the load's and the tool's (bpftrace and anything else running)."
+	echo "Whole machine, $KFREQ Hz, both CPUs busy; perf cpu-clock handler (perf_swevent_hrtimer) timed by bpftrace"
+	echo "over 5 s of each tool's steady state; the tools are then stopped with SIGINT (samples: the whole run)."
+	echo "Avg: over all runs of the tool's handler; on the load: over those that interrupted spin or spin-go (the same"
+	echo "stacks for every tool). Runs: of the tool's events (expect $KFREQ x $(nproc) CPUs x 5 s), in brackets on the load;"
+	echo "others' runs: of other processes' cpu-clock events (other tools, bpftrace's own timer), left out."
+	echo "$KROUNDS round(s): each number is the median over the rounds; range: lowest and highest average on the load."
 	echo
-	echo "| tool | avg us | over floor us | on the load: avg us | over floor us | runs (on the load) | others' runs | samples | wall s | tool CPU s | other CPU s |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	row2 "flint --transfer aggregate" flint-aggregate
-	row2 "flint --transfer ringbuf" flint-ringbuf
-	row2 "bcc profile-bpfcc -F $KFREQ -a" bcc-profile
-	row2 "perf record -F $KFREQ -a -g" perf-g
-	row2 "perf record -F $KFREQ -a (no stack: floor)" perf-nostack
-} >"$table2"
+	echo "One tool at a time:"
+	echo
+	table2 k
+	echo
+	echo "All five at once, each timed on its own events (the same moments for all):"
+	echo
+	table2 k-all
+	if ((KROUNDS > 1)); then
+		echo
+		echo "Average on the load per round, us (alone / together):"
+		echo
+		printf '| round |'
+		printf ' %s |' "${ktools[@]}"
+		printf '\n|---|'
+		printf -- '---:|%.0s' "${ktools[@]}"
+		echo
+		for ((r = 1; r <= KROUNDS; r++)); do
+			printf '| %d |' "$r"
+			for t in "${ktools[@]}"; do
+				printf ' %s / %s |' \
+					"$(handler "k-$t.$r" | awk '{printf "%.2f", $4 / 1000}')" \
+					"$(handler "k-all-$t.$r" "k-all.$r.bt" | awk '{printf "%.2f", $4 / 1000}')"
+			done
+			echo
+		done
+	fi
+} >"$run/part2.md"
 
 # --- report -------------------------------------------------------------------------
 
@@ -485,11 +607,13 @@ table2=$run/part2.md
 	echo
 	echo "## In-kernel time per sample: $KFREQ Hz"
 	echo
-	cat "$table2"
+	cat "$run/part2.md"
 } | tee "$run/summary.md"
 
-said=$(for n in flint-aggregate flint-ringbuf bcc-profile perf-record perf-script \
-	k-flint-aggregate k-flint-ringbuf k-bcc-profile k-perf-g k-perf-nostack; do warnings "$n"; done)
+said=$(for f in "$run"/*.err; do
+	f=${f##*/}
+	warnings "${f%.err}"
+done)
 if [[ -n $said ]]; then
 	printf '\nWhat the tools printed besides their summary (see %s/*.err):\n%s\n' "$run" "$said" | tee -a "$run/summary.md"
 fi
