@@ -15,8 +15,9 @@
 # cpu-clock timer handler for 5 s of the tool's steady state (from a second
 # after it started sampling); then the tool is stopped with SIGINT, so each
 # records for 8-10 s. The handler's average is the in-kernel time of a sample.
-# KROUNDS (default 1) repeats part 2, the tools interleaved; the table shows
-# medians.
+# Then all five sample at once, each timed on its own events, so that the
+# VM's drifting speed falls on all alike. KROUNDS (default 1) repeats part 2;
+# the tables show medians.
 #
 # Needs root; installs what is missing with apt-get. Raw outputs and logs go
 # to bench/results/<date>/ (bench/results/latest links to the last run).
@@ -205,8 +206,9 @@ load_stop() {
 }
 
 # The helpers the poller calls while a tool runs start no processes but
-# bpftool: flint hooks exec and fork, so every process the harness started
-# would be work for it that the others do not see the same way.
+# bpftool (and ps once, to find the tool): flint hooks exec and fork, so
+# every process the harness started would be work for it that the others do
+# not see the same way.
 
 # alive tells whether a child still runs (not yet a zombie).
 alive() {
