@@ -4,8 +4,7 @@
 package collect
 
 import (
-	"maps"
-	"slices"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,10 +127,11 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 		merged:    map[string]*profile.Sample{},
 		refreshed: map[procKey]bool{},
 		ids:       map[*profile.Location]int{},
+		labelSets: map[labelSetKey]map[string]string{},
 	}
 	p := &profile.Profile{Start: o.Start, Duration: o.Duration, Period: o.Period}
 	for i := range samples {
-		labels := b.labels(&samples[i])
+		labels := b.labelsOf(&samples[i])
 		if o.Keep != nil && !o.Keep(labels) {
 			continue
 		}
@@ -152,6 +152,7 @@ type builder struct {
 	merged    map[string]*profile.Sample
 	refreshed map[procKey]bool
 	ids       map[*profile.Location]int
+	labelSets map[labelSetKey]map[string]string
 	key       strings.Builder
 }
 
@@ -171,6 +172,28 @@ func (b *builder) process(k procKey) *proc.Process {
 	}
 	e.lastUsed = b.round
 	return e.p
+}
+
+// labelSetKey identifies the samples that share a label set.
+type labelSetKey struct {
+	pid, generation, tid uint32
+	comm, thread         string
+}
+
+// labelsOf returns the label set of a sample, built once per distinct
+// (process image, thread, names) in a Profile call: the set is the same for
+// all of them, and building it reads the process table and build IDs.
+func (b *builder) labelsOf(s *sampler.Sample) map[string]string {
+	k := labelSetKey{pid: s.PID, generation: s.Generation, comm: s.Comm, thread: s.Thread}
+	if b.threadIDs {
+		k.tid = s.TID
+	}
+	if l, ok := b.labelSets[k]; ok {
+		return l
+	}
+	l := b.labels(s)
+	b.labelSets[k] = l
+	return l
 }
 
 // labels describes who ran: the sample's own IDs and names, and what the
@@ -295,12 +318,10 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 // reporting whether s is new.
 func (b *builder) merge(s *profile.Sample) bool {
 	b.key.Reset()
-	for _, name := range slices.Sorted(maps.Keys(s.Labels)) {
-		b.key.WriteString(name)
-		b.key.WriteByte('=')
-		b.key.WriteString(s.Labels[name])
-		b.key.WriteByte(0)
-	}
+	// Label sets come from labelsOf, one map per distinct set, so the map's
+	// identity stands for its contents.
+	b.key.WriteString(strconv.FormatUint(uint64(reflect.ValueOf(s.Labels).Pointer()), 16))
+	b.key.WriteByte(';')
 	for _, l := range s.Stack {
 		b.key.WriteString(strconv.Itoa(b.id(l)))
 		b.key.WriteByte(',')
