@@ -98,6 +98,13 @@ static __always_inline bool user_mode(struct bpf_perf_event_data *ctx)
 	return (cs & 3) == 3;
 }
 
+// copy_comm copies a task's name: the kernel keeps it NUL-padded, so the
+// bytes after the name are zero as the sample keys need.
+static __always_inline void copy_comm(char *dst, const char *src)
+{
+	__builtin_memcpy(dst, src, COMM_LEN);
+}
+
 static __always_inline void count(enum sampler_stat s)
 {
 	__u32 key = s;
@@ -106,9 +113,29 @@ static __always_inline void count(enum sampler_stat s)
 		*v += 1; // per-CPU value: no other writer
 }
 
-// proc_generation returns the generation of tgid, announcing the process to
-// user space the first time it is seen.
-static __always_inline __u32 proc_generation(__u32 tgid)
+// Bumped by every exec and fork: a per-CPU cached generation is valid only
+// while no process has changed image or been born since it was cached.
+__u64 proc_epoch = 0;
+
+// The process last sampled on this CPU and its generation. A busy CPU runs
+// the same process for many ticks in a row; the cache saves the known_procs
+// lookup on those.
+struct gen_cache {
+	__u64 epoch;
+	__u32 tgid;
+	__u32 generation;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_cache);
+} last_proc SEC(".maps");
+
+// announce_generation returns the generation of tgid, announcing the process
+// to user space the first time it is seen.
+static __always_inline __u32 announce_generation(__u32 tgid)
 {
 	__u32 *gen = bpf_map_lookup_elem(&known_procs, &tgid);
 	if (gen)
@@ -128,6 +155,25 @@ static __always_inline __u32 proc_generation(__u32 tgid)
 	e->pid = tgid;
 	e->generation = g;
 	bpf_ringbuf_submit(e, 0);
+	return g;
+}
+
+// proc_generation is announce_generation behind the per-CPU cache.
+static __always_inline __u32 proc_generation(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct gen_cache *c = bpf_map_lookup_elem(&last_proc, &zero);
+	if (!c)
+		return announce_generation(tgid);
+	// Read the epoch before the lookup: an exec or fork racing with it
+	// leaves a stale epoch in the cache, never a stale generation.
+	__u64 epoch = *(volatile __u64 *)&proc_epoch;
+	if (c->tgid == tgid && c->epoch == epoch && c->generation)
+		return c->generation;
+	__u32 g = announce_generation(tgid);
+	c->tgid = tgid;
+	c->epoch = epoch;
+	c->generation = g;
 	return g;
 }
 
@@ -237,7 +283,8 @@ int sample(struct bpf_perf_event_data *ctx)
 	if (!sc)
 		return 0;
 
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
+	struct task_struct *task = bpf_get_current_task_btf();
 	__u32 gen = proc_generation(tgid);
 
 	if (use_ringbuf) {
@@ -245,8 +292,8 @@ int sample(struct bpf_perf_event_data *ctx)
 		e->pid = tgid;
 		e->tid = tid;
 		e->generation = gen;
-		BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
-		bpf_get_current_comm(&e->thread, sizeof(e->thread));
+		copy_comm(e->comm, task->group_leader->comm);
+		copy_comm(e->thread, task->comm);
 		emit(ctx, e, tgid);
 		return 0;
 	}
@@ -255,8 +302,8 @@ int sample(struct bpf_perf_event_data *ctx)
 	key.pid = tgid;
 	key.tid = tid;
 	key.generation = gen;
-	BPF_CORE_READ_STR_INTO(&key.comm, task, group_leader, comm);
-	bpf_get_current_comm(&key.thread, sizeof(key.thread));
+	copy_comm(key.comm, task->group_leader->comm);
+	copy_comm(key.thread, task->comm);
 	key.user_stack =
 		store_stack(&sc->user, get_stack(ctx, &sc->user, BPF_F_USER_STACK, STAT_USER_STACK_ERR));
 	if (kernel_stacks && !user_mode(ctx))
@@ -273,6 +320,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 	bpf_map_delete_elem(&known_procs, &tgid);
+	__sync_fetch_and_add(&proc_epoch, 1);
 	return 0;
 }
 
@@ -282,6 +330,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 pid = BPF_CORE_READ(child, pid);
 	bpf_map_delete_elem(&known_procs, &pid);
+	__sync_fetch_and_add(&proc_epoch, 1);
 	return 0;
 }
 

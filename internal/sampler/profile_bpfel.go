@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profileGenCache struct {
+	_          structs.HostLayout
+	Epoch      uint64
+	Tgid       uint32
+	Generation uint32
+}
+
 type profileNewProc struct {
 	_          structs.HostLayout
 	Pid        uint32
@@ -76,6 +83,7 @@ type profileStackTrace struct {
 const (
 	profileMapCounts            = "counts"
 	profileMapKnownProcs        = "known_procs"
+	profileMapLastProc          = "last_proc"
 	profileMapProcEvents        = "proc_events"
 	profileMapSamples           = "samples"
 	profileMapScratch           = "scratch"
@@ -86,6 +94,7 @@ const (
 	profileProgSample           = "sample"
 	profileVarGeneration        = "generation"
 	profileVarKernelStacks      = "kernel_stacks"
+	profileVarProcEpoch         = "proc_epoch"
 	profileVarTargetTgid        = "target_tgid"
 	profileVarUnusedNewProc     = "unused_new_proc"
 	profileVarUnusedSampleEvent = "unused_sample_event"
@@ -146,6 +155,7 @@ type profileProgramSpecs struct {
 type profileMapSpecs struct {
 	Counts     *ebpf.MapSpec `ebpf:"counts"`
 	KnownProcs *ebpf.MapSpec `ebpf:"known_procs"`
+	LastProc   *ebpf.MapSpec `ebpf:"last_proc"`
 	ProcEvents *ebpf.MapSpec `ebpf:"proc_events"`
 	Samples    *ebpf.MapSpec `ebpf:"samples"`
 	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
@@ -159,6 +169,7 @@ type profileMapSpecs struct {
 type profileVariableSpecs struct {
 	Generation        *ebpf.VariableSpec `ebpf:"generation"`
 	KernelStacks      *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	ProcEpoch         *ebpf.VariableSpec `ebpf:"proc_epoch"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedNewProc     *ebpf.VariableSpec `ebpf:"unused_new_proc"`
 	UnusedSampleEvent *ebpf.VariableSpec `ebpf:"unused_sample_event"`
@@ -188,6 +199,7 @@ func (o *profileObjects) Close() error {
 type profileMaps struct {
 	Counts     *ebpf.Map `ebpf:"counts"`
 	KnownProcs *ebpf.Map `ebpf:"known_procs"`
+	LastProc   *ebpf.Map `ebpf:"last_proc"`
 	ProcEvents *ebpf.Map `ebpf:"proc_events"`
 	Samples    *ebpf.Map `ebpf:"samples"`
 	Scratch    *ebpf.Map `ebpf:"scratch"`
@@ -199,6 +211,7 @@ func (m *profileMaps) Close() error {
 	return _ProfileClose(
 		m.Counts,
 		m.KnownProcs,
+		m.LastProc,
 		m.ProcEvents,
 		m.Samples,
 		m.Scratch,
@@ -213,6 +226,7 @@ func (m *profileMaps) Close() error {
 type profileVariables struct {
 	Generation        *ebpf.Variable `ebpf:"generation"`
 	KernelStacks      *ebpf.Variable `ebpf:"kernel_stacks"`
+	ProcEpoch         *ebpf.Variable `ebpf:"proc_epoch"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedNewProc     *ebpf.Variable `ebpf:"unused_new_proc"`
 	UnusedSampleEvent *ebpf.Variable `ebpf:"unused_sample_event"`

@@ -2,10 +2,27 @@ package sampler
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// execChildEnv makes the test binary a fixture that spins, then execs a
+// shell that spins too. The shell starts no threads: nothing but the exec
+// itself tells the sampler that the process has a new image.
+const execChildEnv = "FLINT_SAMPLER_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(execChildEnv) != "" {
+		spin(400 * time.Millisecond)
+		loop := "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done"
+		panic(syscall.Exec("/bin/sh", []string{"sh", "-c", loop}, os.Environ()))
+	}
+	os.Exit(m.Run())
+}
 
 func TestParseCPUList(t *testing.T) {
 	for _, tc := range []struct {
@@ -91,6 +108,64 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			}
 			if !slices.Contains(drainChan(announced), self) {
 				t.Error("this process was never announced")
+			}
+		})
+	}
+}
+
+// TestSamplerNewImageAfterExec checks that a process that execs is announced
+// again with a new generation, and that the new image's samples carry it and
+// the new name, with each transfer.
+func TestSamplerNewImageAfterExec(t *testing.T) {
+	requireBPF(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, transfer := range []Transfer{Aggregate, RingBuffer} {
+		t.Run(string(transfer), func(t *testing.T) {
+			type announcement struct{ pid, gen uint32 }
+			announced := make(chan announcement, 1024)
+			s, err := Start(Options{Frequency: 997, Transfer: transfer,
+				OnNewProc: func(pid, gen uint32) { announced <- announcement{pid, gen} }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			child := exec.Command(self)
+			child.Env = append(os.Environ(), execChildEnv+"=1")
+			if err := child.Run(); err != nil {
+				t.Fatalf("fixture: %v", err)
+			}
+			s.Stop()
+			samples, err := s.Drain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := uint32(child.Process.Pid)
+			commByGen := map[uint32]map[string]uint64{}
+			for _, smp := range samples {
+				if smp.PID != pid {
+					continue
+				}
+				if commByGen[smp.Generation] == nil {
+					commByGen[smp.Generation] = map[string]uint64{}
+				}
+				commByGen[smp.Generation][smp.Comm] += smp.Count
+			}
+			var gens []uint32
+			for len(announced) > 0 {
+				if a := <-announced; a.pid == pid {
+					gens = append(gens, a.gen)
+				}
+			}
+			if len(gens) != 2 {
+				t.Fatalf("pid %d announced with generations %v, want two (before and after exec); samples by generation: %v", pid, gens, commByGen)
+			}
+			before, after := commByGen[gens[0]], commByGen[gens[1]]
+			if before[filepath.Base(self)] < 100 || after["sh"] < 100 {
+				t.Errorf("samples by generation %v: want ≥ 100 named %q under %d and ≥ 100 named sh under %d",
+					commByGen, filepath.Base(self), gens[0], gens[1])
 			}
 		})
 	}
