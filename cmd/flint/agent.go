@@ -36,6 +36,8 @@ func (c *AgentConfig) Validate() error {
 		return fmt.Errorf("--max-size %d: must not be negative", c.MaxSize)
 	case c.MaxSize > 0 && c.MaxSize < 1<<20:
 		return fmt.Errorf("--max-size %d: below 1MB leaves no room for a window", c.MaxSize)
+	case c.DoctorEvery < 0:
+		return fmt.Errorf("--doctor-every %s: must not be negative", c.DoctorEvery)
 	case c.DataDir == "":
 		return errors.New("--data-dir is empty")
 	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
@@ -137,6 +139,7 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.StringVar(&c.Token, "token", c.Token, "bearer `token` the API requires (default $FLINT_TOKEN)")
 	fs.StringVar(&c.Node, "node", "", "node `name` labelling every sample (default: host name)")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
+	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("Usage: flint agent [flags]\n\nProfiles every process continuously, stores the profiles and serves the HTTP API.\n\nFlags:")

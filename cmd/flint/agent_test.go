@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,14 +28,14 @@ import (
 )
 
 func TestParseAgent(t *testing.T) {
-	c, err := parseAgent(strings.Fields("--data-dir /d --retention 2d12h --max-size 500MB --window 5s --frequency 49"))
+	c, err := parseAgent(strings.Fields("--data-dir /d --retention 2d12h --max-size 500MB --window 5s --frequency 49 --doctor-every 5m"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 {
+	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 || c.DoctorEvery != 5*time.Minute {
 		t.Errorf("config %+v", c.Options)
 	}
-	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "extra"} {
+	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "--doctor-every -1m", "extra"} {
 		if _, err := parseAgent(strings.Fields(bad)); err == nil {
 			t.Errorf("parseAgent(%q) succeeded", bad)
 		}
@@ -292,6 +293,68 @@ func TestAgentDiskFull(t *testing.T) {
 	waitMetric(t, a, "flint_windows_written_total", written+2)
 	if !strings.Contains(a.stderr.String(), "windows are dropped") {
 		t.Errorf("the agent did not log the failing writes:\n%s", a.stderr)
+	}
+}
+
+// TestAgentFindings runs the agent's doctor every window while the busy-poll
+// fixture and its healthy twin run, and reads the findings from the API.
+func TestAgentFindings(t *testing.T) {
+	requireRoot(t)
+	flint, busypoll := buildDoctorTools(t)
+	bad, twin := startBusyPoll(t, busypoll, "0"), startBusyPoll(t, busypoll, "1")
+	from := time.Now()
+	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--doctor-every", "1s")
+	waitMetric(t, a, "flint_doctor_examinations_total", 2)
+
+	type finding struct {
+		ID       string            `json:"id"`
+		PID      int               `json:"pid"`
+		Comm     string            `json:"comm"`
+		Severity string            `json:"severity"`
+		Summary  string            `json:"summary"`
+		Evidence []json.RawMessage `json:"evidence"`
+		Fix      string            `json:"fix"`
+		Time     time.Time         `json:"time"`
+		Labels   map[string]string `json:"labels"`
+	}
+	findings := func(selector string) []finding {
+		q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "selector": {selector}}
+		var resp struct{ Findings []finding }
+		if err := json.Unmarshal(a.get(t, "/api/v1/findings", q), &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Findings
+	}
+	got := findings(`{comm="busypoll"}`)
+	var busy int
+	for _, f := range got {
+		if f.PID == twin {
+			t.Errorf("finding on the healthy twin: %+v", f)
+		}
+		if f.ID != "busy-poll" || f.PID != bad {
+			continue
+		}
+		busy++
+		if f.Labels["pid"] != strconv.Itoa(bad) || f.Labels["comm"] != "busypoll" || f.Labels["node"] == "" {
+			t.Errorf("finding labels %v: want the process's labels", f.Labels)
+		}
+		if f.Time.Before(from.Add(-time.Second)) || f.Summary == "" || f.Fix == "" || len(f.Evidence) == 0 || f.Severity == "" {
+			t.Errorf("incomplete finding %+v", f)
+		}
+	}
+	if busy == 0 {
+		t.Fatalf("no busy-poll finding for pid %d among %+v; agent log:\n%s", bad, got, a.stderr)
+	}
+	if other := findings(fmt.Sprintf(`{pid="%d"}`, twin)); len(other) > 0 {
+		t.Errorf("findings for the twin: %+v", other)
+	}
+	resp, err := http.Get("http://" + a.addr + "/api/v1/findings?selector=" + url.QueryEscape(`{comm=~"(}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("bad selector: status %d, want 400", resp.StatusCode)
 	}
 }
 

@@ -166,7 +166,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	writeFindings(stdout, doctorTitle(c, data), findings, data.Notes)
+	writeFindings(stdout, doctorTitle(c, data), findings, nil, data.Notes)
 	return nil
 }
 
@@ -182,7 +182,9 @@ func doctorTitle(c *DoctorConfig, d *doctor.Data) string {
 }
 
 // writeFindings prints findings worst first, then the notes.
-func writeFindings(w io.Writer, title string, findings []doctor.Finding, notes []string) {
+// writeFindings prints findings worst first; seen, when not nil, adds a
+// line under each saying when it was seen.
+func writeFindings(w io.Writer, title string, findings []doctor.Finding, seen []string, notes []string) {
 	switch len(findings) {
 	case 0:
 		fmt.Fprintf(w, "%s: no problems found\n", title)
@@ -200,6 +202,9 @@ func writeFindings(w io.Writer, title string, findings []doctor.Finding, notes [
 			who += fmt.Sprintf(" thread %d (%s)", f.TID, f.Thread)
 		}
 		fmt.Fprintf(w, "\n%d. [%s] %s: %s\n", i+1, f.Severity, f.ID, who)
+		if seen != nil {
+			fmt.Fprintf(w, "   %s\n", seen[i])
+		}
 		fmt.Fprintf(w, "   %s\n", f.Summary)
 		fmt.Fprintln(w, "   evidence:")
 		for _, e := range f.Evidence {
@@ -355,7 +360,7 @@ func syscallsCmd(args []string, stdout, stderr io.Writer) error {
 	writeSyscallTable(stdout, title, rows)
 	if len(findings) > 0 || len(data.Notes) > 0 {
 		fmt.Fprintln(stdout)
-		writeFindings(stdout, "findings", findings, data.Notes)
+		writeFindings(stdout, "findings", findings, nil, data.Notes)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ Usage:
   flint query  [--since 15m] [--selector '{comm="api"}'] [-o out.svg] [--diff]
   flint top    [--since 15m] [--selector SEL] [-n 20] [--cum]
   flint series [--since 1h] [--by comm] [--step 10s] [--json]
+  flint findings [--since 1h] [--selector SEL] [--json]
   flint trace  (-p PID | --exe PATH) [-d 10s] [--latency] [--json] FUNCTION...
   flint doctor [-p PID | -a | --container ID] [-d 10s] [--json]
   flint syscalls (-p PID | -a -s LIST | --container ID -s LIST) [-d 10s] [--json]
@@ -70,6 +71,8 @@ func run(args []string) error {
 		return top(args[1:], os.Stdout)
 	case "series":
 		return series(args[1:], os.Stdout)
+	case "findings":
+		return findings(args[1:], os.Stdout)
 	case "trace":
 		return traceCmd(args[1:], os.Stdout, os.Stderr)
 	case "doctor":

@@ -18,6 +18,7 @@ import (
 
 	pprofile "github.com/google/pprof/profile"
 
+	"github.com/flint-dev/flint/internal/doctor"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/server"
 	"github.com/flint-dev/flint/internal/store"
@@ -153,6 +154,7 @@ func testAgent(t *testing.T, token string) (url string, st *memStore) {
 // memStore is the smallest store.Store the commands need.
 type memStore struct {
 	windows  []*profile.Profile
+	findings []store.Finding
 	tooLarge bool
 }
 
@@ -209,6 +211,21 @@ func (m *memStore) LabelValues(context.Context, string, time.Time, time.Time) ([
 	return nil, nil
 }
 
+func (m *memStore) Findings(_ context.Context, q store.Query) ([]store.Finding, error) {
+	var out []store.Finding
+	for _, f := range m.findings {
+		if !f.Start.Before(q.From) && f.Start.Before(q.To) && q.Selector.Matches(f.Labels) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func (m *memStore) WriteFindings(_ context.Context, fs []store.Finding) error {
+	m.findings = append(m.findings, fs...)
+	return nil
+}
+
 func (m *memStore) Write(context.Context, *profile.Profile) error { return nil }
 func (m *memStore) Close() error                                  { return nil }
 
@@ -223,6 +240,8 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 		err = top(args[1:], &out)
 	case "series":
 		err = series(args[1:], &out)
+	case "findings":
+		err = findings(args[1:], &out)
 	default:
 		t.Fatalf("no command %q", args[0])
 	}
@@ -374,6 +393,52 @@ func TestSeries(t *testing.T) {
 	}
 	if len(resp.Series) != 2 || resp.Series[0].Value != "4242" || !resp.Series[1].Other || resp.By != "pid" {
 		t.Errorf("series %+v", resp)
+	}
+}
+
+// TestFindings stores a busy-poll finding in three windows and a warning in
+// one, and checks that flint findings prints each problem once, worst first,
+// with when it was seen.
+func TestFindings(t *testing.T) {
+	url, st := testAgent(t, "")
+	t.Setenv("FLINT_SERVER", url)
+	start := time.Now().Add(-5 * time.Minute).Truncate(10 * time.Second)
+	api := map[string]string{profile.LabelComm: "api", profile.LabelPID: "4242", profile.LabelStartTime: "100"}
+	worker := map[string]string{profile.LabelComm: "worker", profile.LabelPID: "77", profile.LabelStartTime: "200"}
+	add := func(i int, labels map[string]string, body string) {
+		var f doctor.Finding
+		if err := json.Unmarshal([]byte(body), &f); err != nil {
+			t.Fatal(err)
+		}
+		st.WriteFindings(context.Background(), []store.Finding{{
+			Start: start.Add(time.Duration(i) * time.Minute), Duration: 10 * time.Second,
+			Detector: f.ID, Severity: string(f.Severity), Labels: labels, Body: []byte(body),
+		}})
+	}
+	add(0, worker, `{"id":"hot-debug-output","pid":77,"comm":"worker","severity":"warning","summary":"prints","evidence":[{"name":"x","text":"writes 5,000/s"}],"fix":"drop the print"}`)
+	for i := range 3 {
+		add(i, api, fmt.Sprintf(`{"id":"busy-poll","pid":4242,"comm":"api","tid":4243,"thread":"loop","severity":"critical","summary":"spins %d","evidence":[{"name":"y","text":"400,000 empty calls/s"}],"fix":"block"}`, i))
+	}
+	stdout, _, err := runCmd(t, "findings", "--since", "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{": 2 findings", "1. [critical] busy-poll: pid 4242 (api) thread 4243 (loop)", "seen in 3 examined window(s)",
+		"spins 2", "400,000 empty calls/s", "fix: block", "2. [warning] hot-debug-output: pid 77 (worker)", "seen in 1 examined window(s)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _, err = runCmd(t, "findings", "--json", "--selector", `{comm="worker"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct{ Findings []storedFinding }
+	if err := json.Unmarshal([]byte(stdout), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Findings) != 1 || resp.Findings[0].ID != "hot-debug-output" || resp.Findings[0].Labels["pid"] != "77" {
+		t.Errorf("findings of worker: %+v", resp.Findings)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/collect"
+	"github.com/flint-dev/flint/internal/doctor"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
@@ -47,6 +48,9 @@ type Options struct {
 	Node string
 	// Transfer is the sampler's kernel-to-user path.
 	Transfer sampler.Transfer
+	// DoctorEvery is how often flint doctor's detectors examine a window
+	// and store their findings; 0 never.
+	DoctorEvery time.Duration
 	// Logf reports events worth an operator's attention; nil discards.
 	Logf func(format string, args ...any)
 }
@@ -59,8 +63,9 @@ func DefaultOptions() Options {
 		Window:    10 * time.Second,
 		Retention: 7 * 24 * time.Hour,
 		MaxSize:   1 << 30,
-		Listen:    "127.0.0.1:7070",
-		Transfer:  sampler.RingBuffer,
+		Listen:      "127.0.0.1:7070",
+		Transfer:    sampler.RingBuffer,
+		DoctorEvery: time.Minute,
 	}
 }
 
@@ -83,6 +88,8 @@ type Agent struct {
 	windowStart time.Time
 	round       uint64
 	lastBPF     time.Duration
+	exam        *doctor.Examination // of the current window, if examined
+	lastExam    time.Time
 
 	liveMu sync.Mutex
 	live   []*liveRequest
@@ -179,6 +186,9 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-ctx.Done():
 			a.drain(time.Now())
 			a.flush(time.Now())
+			if a.exam != nil {
+				a.exam.Close()
+			}
 			a.endLive()
 			return
 		case now := <-tick.C:
@@ -210,6 +220,9 @@ func (a *Agent) flush(now time.Time) {
 		Start: a.windowStart, Duration: now.Sub(a.windowStart), Period: a.period(), Round: a.round,
 	})
 	a.addSelfCost(p)
+	if a.exam != nil {
+		a.endExamination(a.window, p)
+	}
 	a.window = nil
 	a.windowStart = now
 
@@ -228,6 +241,7 @@ func (a *Agent) flush(now time.Time) {
 	if err := a.sampler.Trim(); err != nil {
 		a.o.Logf("%v", err)
 	}
+	a.beginExamination(p, time.Now())
 }
 
 func (a *Agent) period() time.Duration { return time.Second / time.Duration(a.o.Frequency) }

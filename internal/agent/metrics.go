@@ -21,6 +21,8 @@ type metrics struct {
 	consecutiveFailures            atomic.Int64
 	wasFailing                     atomic.Bool
 	bpfRunTime                     atomic.Int64 // ns
+	examinations, findings         atomic.Int64
+	examinationsFailed             atomic.Int64
 }
 
 func (m *metrics) record(p *profile.Profile, err error) {
@@ -69,6 +71,9 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_samples_written_total", "Samples written to the store.", "counter", a.metrics.samplesWritten.Load())
 	gauge("flint_windows_written_total", "Windows written to the store.", "counter", a.metrics.windowsWritten.Load())
 	gauge("flint_windows_dropped_total", "Windows dropped because the store could not write them.", "counter", a.metrics.windowsDropped.Load())
+	gauge("flint_doctor_examinations_total", "Windows flint doctor's detectors examined.", "counter", a.metrics.examinations.Load())
+	gauge("flint_doctor_examinations_failed_total", "Examinations that could not start, end or be stored.", "counter", a.metrics.examinationsFailed.Load())
+	gauge("flint_doctor_findings_total", "Findings stored.", "counter", a.metrics.findings.Load())
 	ns := a.sym.Stats()
 	gauge("flint_symbol_cache_hits_total", "Addresses named from the cache.", "counter", ns.CacheHits)
 	gauge("flint_symbol_cache_misses_total", "Addresses named by a table lookup.", "counter", ns.CacheMisses)

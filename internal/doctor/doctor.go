@@ -251,12 +251,12 @@ func AnalyzeWith(d *Data, t Thresholds) []Finding {
 			f.Stack[j] = withLine(f.Stack[j], d.Processes[f.PID])
 		}
 	}
-	slices.SortStableFunc(out, compareFindings)
+	slices.SortStableFunc(out, Worse)
 	return out
 }
 
-// compareFindings orders findings worst first: by severity, then cost.
-func compareFindings(a, b Finding) int {
+// Worse orders findings worst first: by severity, then cost.
+func Worse(a, b Finding) int {
 	if c := cmp.Compare(a.Severity.rank(), b.Severity.rank()); c != 0 {
 		return c
 	}

@@ -133,7 +133,7 @@ func TestRunRejectsBadPID(t *testing.T) {
 // TestFindingsOrder checks that findings come worst first.
 func TestFindingsOrder(t *testing.T) {
 	fs := []Finding{{ID: "a", Severity: Info, Cost: 0.9}, {ID: "b", Severity: Critical, Cost: 0.6}, {ID: "c", Severity: Critical, Cost: 2}, {ID: "d", Severity: Warning}}
-	slices.SortStableFunc(fs, compareFindings)
+	slices.SortStableFunc(fs, Worse)
 	var ids []string
 	for _, f := range fs {
 		ids = append(ids, f.ID)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/symbol"
 	"github.com/flint-dev/flint/internal/tracefs"
 )
 
@@ -45,47 +47,17 @@ func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
 	if o.Frequency == 0 {
 		o.Frequency = 99
 	}
-	if o.EverySyscall && o.PID == 0 {
-		return nil, nil, errors.New("tracing every syscall needs a PID: it slows every syscall on the node")
-	}
-	if o.PID != 0 {
-		if _, err := proc.Read(o.PID); err != nil {
-			return nil, nil, err
-		}
-	}
-	dir, err := tracefs.Mount()
-	if err != nil {
-		return nil, nil, err
-	}
-	d := &Data{Start: time.Now(), Processes: map[int]*Process{}}
-
-	// Facts first, while the targets surely live.
 	targets, err := targetPIDs(o)
 	if err != nil {
 		return nil, nil, err
 	}
-	explicit := o.PID != 0 || o.Container != ""
-	if explicit {
-		for _, pid := range targets {
-			if p, err := readProcess(pid); err == nil {
-				d.Processes[pid] = p
-			}
-		}
-	}
-	probes := watchProbes(dir)
-	tr, err := StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall})
+	e, err := Begin(ExamOptions{
+		PID: o.PID, Container: o.Container, Targets: targets, EverySyscall: o.EverySyscall, Thresholds: o.Thresholds,
+	})
 	if err != nil {
-		probes.finish()
 		return nil, nil, err
 	}
-	defer tr.Close()
-	before := map[int]usage{}
-	for _, pid := range targets {
-		if u, err := readUsage(pid); err == nil {
-			before[pid] = u
-		}
-	}
-
+	defer e.Close()
 	res, err := collect.Record(ctx, collect.RecordOptions{
 		Frequency:    o.Frequency,
 		Duration:     o.Duration,
@@ -95,28 +67,119 @@ func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
 		Progress:     o.Progress,
 	})
 	if err != nil {
-		probes.finish()
 		return nil, nil, err
 	}
-	sc, err := tr.Read()
+	return e.End(res.Profile, res.Warnings)
+}
+
+// ExamOptions configure an Examination.
+type ExamOptions struct {
+	// PID or Container name the processes asked about, as in Options; the
+	// findings then note what could not be checked for them. Neither means
+	// every process.
+	PID       int
+	Container string
+	// Targets are the processes whose CPU time and context switches are
+	// read at the start, so that the end has exact figures for them; other
+	// processes active during the examination get figures estimated from
+	// the profile.
+	Targets []int
+	// EverySyscall: see Options.
+	EverySyscall bool
+	// Thresholds decide when detectors fire; nil means DefaultThresholds.
+	Thresholds *Thresholds
+	// Symbolizer names the syscall tracer's stacks; nil means its own.
+	// A caller that names samples too (the agent) shares its tables.
+	Symbolizer *symbol.Symbolizer
+}
+
+// Examination measures over a span of time what the detectors need besides
+// CPU samples: the traced syscalls, the CPU time and context switches of
+// the targets, the uprobes on the node. The caller records CPU samples over
+// the same span and hands their profile to End.
+type Examination struct {
+	o       ExamOptions
+	facts   map[int]*Process // read at the start: the processes asked about
+	before  map[int]usage
+	tracer  *Tracer
+	probes  *probeWatch
+	started time.Time
+}
+
+// Begin starts an examination: it reads the targets' counters and starts
+// the syscall tracer. Close it when done, End or not.
+func Begin(o ExamOptions) (*Examination, error) {
+	if o.EverySyscall && o.PID == 0 {
+		return nil, errors.New("tracing every syscall needs a PID: it slows every syscall on the node")
+	}
+	if o.PID != 0 {
+		if _, err := proc.Read(o.PID); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := tracefs.Mount()
 	if err != nil {
-		probes.finish()
+		return nil, err
+	}
+	e := &Examination{o: o, facts: map[int]*Process{}, before: map[int]usage{}, started: time.Now()}
+	// Facts first, while the targets surely live.
+	if o.PID != 0 || o.Container != "" {
+		for _, pid := range o.Targets {
+			if p, err := readProcess(pid); err == nil {
+				e.facts[pid] = p
+			}
+		}
+	}
+	e.probes = watchProbes(dir)
+	e.tracer, err = StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall, Symbolizer: o.Symbolizer})
+	if err != nil {
+		e.probes.finish()
+		return nil, err
+	}
+	for _, pid := range o.Targets {
+		if u, err := readUsage(pid); err == nil {
+			e.before[pid] = u
+		}
+	}
+	return e, nil
+}
+
+// Close stops tracing and releases the examination; safe to call twice.
+func (e *Examination) Close() error {
+	if e.probes != nil {
+		e.probes.finish()
+		e.probes = nil
+	}
+	return e.tracer.Close()
+}
+
+// End stops the examination and analyses it with prof, the CPU profile of
+// the same span (with pid and tid labels; nil if none), and notes, what
+// its recording could not do. It returns the findings worst first and the
+// data they came from.
+func (e *Examination) End(prof *profile.Profile, notes []string) ([]Finding, *Data, error) {
+	o := e.o
+	sc, err := e.tracer.Read()
+	if err != nil {
 		return nil, nil, err
 	}
-	d.Profile = res.Profile
-	d.Duration = res.Profile.Duration
-	d.Notes = append(d.Notes, res.Warnings...)
+	d := &Data{Start: e.started, Duration: sc.Duration, Profile: prof, Processes: e.facts}
+	if prof != nil {
+		d.Start, d.Duration = prof.Start, prof.Duration
+	}
+	d.Notes = append(d.Notes, notes...)
 	d.Notes = append(d.Notes, sc.Warnings...)
 	if len(sc.Skipped) > 0 {
 		d.Notes = append(d.Notes, "no tracepoint for "+strings.Join(sc.Skipped, ", ")+": not traced")
 	}
 	if o.Container != "" {
-		sc.Calls = slices.DeleteFunc(sc.Calls, func(c *Call) bool { return !slices.Contains(targets, c.PID) })
+		sc.Calls = slices.DeleteFunc(sc.Calls, func(c *Call) bool { return !slices.Contains(o.Targets, c.PID) })
 	}
 	d.Syscalls = sc
-	var notes []string
-	d.Probes, notes = probes.finish()
-	d.Notes = append(d.Notes, notes...)
+	var probeNotes []string
+	d.Probes, probeNotes = e.probes.finish()
+	e.probes = nil
+	d.Notes = append(d.Notes, probeNotes...)
 
 	// Facts about every other process that did something worth a look.
 	for _, pid := range activePIDs(d) {
@@ -127,9 +190,10 @@ func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
 			d.Processes[pid] = p
 		}
 	}
+	explicit := o.PID != 0 || o.Container != ""
 	for _, pid := range slices.Sorted(maps.Keys(d.Processes)) {
 		p := d.Processes[pid]
-		finishProcess(p, before[pid], d.Duration)
+		finishProcess(p, e.before[pid], d.Duration)
 		if explicit {
 			if p.Exited {
 				d.Notes = append(d.Notes, fmt.Sprintf("pid %d (%s) exited during the recording: its rates are averaged over the whole recording, longer than it ran", pid, p.Comm))
@@ -180,6 +244,10 @@ func targetPIDs(o Options) ([]int, error) {
 // minActiveCPU is the CPU a process must use for flint to read its facts
 // when examining every process: below it no detector can fire.
 const minActiveCPU = 0.01
+
+// ActivePIDs lists the processes of p that used enough CPU for a detector
+// to fire on them.
+func ActivePIDs(p *profile.Profile) []int { return activePIDs(&Data{Profile: p}) }
 
 // activePIDs lists the processes that used CPU or made traced calls.
 func activePIDs(d *Data) []int {

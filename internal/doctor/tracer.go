@@ -52,6 +52,8 @@ type TracerOptions struct {
 	// MaxKeys bounds the distinct (thread, syscall, class) counters and the
 	// distinct stacks held in the kernel; zero means 16384 (~5 MiB).
 	MaxKeys int
+	// Symbolizer names the stacks; nil means the tracer's own.
+	Symbolizer *symbol.Symbolizer
 }
 
 // Tracer counts and times syscalls with BPF programs on their tracepoints.
@@ -64,8 +66,8 @@ type Tracer struct {
 	traced  []string
 	skipped []string
 
-	sym  *symbol.Symbolizer
-	coll *collect.Collector
+	ownSym *symbol.Symbolizer // closed with the tracer; nil when shared
+	coll   *collect.Collector
 
 	mu      sync.Mutex
 	known   map[int]bool   // processes snapshotted for naming
@@ -126,11 +128,18 @@ func StartTracer(o TracerOptions) (*Tracer, error) {
 	spec.Maps["stack_counts"].MaxEntries = uint32(o.MaxKeys)
 	spec.Maps["stacks"].MaxEntries = uint32(max(o.MaxKeys/4, 256))
 
-	t := &Tracer{opts: o, sym: symbol.New(), known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}, done: make(chan struct{})}
+	t := &Tracer{opts: o, known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}, done: make(chan struct{})}
+	sym := o.Symbolizer
+	if sym == nil {
+		t.ownSym = symbol.New()
+		sym = t.ownSym
+	}
 	node, _ := os.Hostname()
-	t.coll = collect.New(t.sym, node)
+	t.coll = collect.New(sym, node)
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
-		t.sym.Close()
+		if t.ownSym != nil {
+			t.ownSym.Close()
+		}
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
 	if err := t.attach(dir); err != nil {
@@ -250,9 +259,9 @@ func (t *Tracer) Close() error {
 		close(t.done)
 	}
 	t.wg.Wait()
-	if t.sym != nil {
-		t.sym.Close()
-		t.sym = nil
+	if t.ownSym != nil {
+		t.ownSym.Close()
+		t.ownSym = nil
 	}
 	return t.objs.Close()
 }

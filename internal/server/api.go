@@ -325,6 +325,70 @@ func rates(res []store.Series, req *seriesRequest) (*SeriesResponse, error) {
 	return resp, nil
 }
 
+// FindingsResponse is the body of /api/v1/findings.
+type FindingsResponse struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Findings are oldest first; each is flint doctor's finding (as
+	// `flint doctor --json` prints it) with when and where it was found.
+	Findings []json.RawMessage `json:"findings"`
+}
+
+// storedFinding is what /api/v1/findings adds to a finding.
+type storedFinding struct {
+	Time     time.Time         `json:"time"`     // the examined window's start
+	Duration float64           `json:"duration"` // and length, in seconds
+	Labels   map[string]string `json:"labels"`   // of the process
+}
+
+// handleFindings serves GET /api/v1/findings: what the agent's doctor
+// found in the windows it examined that start in [from, to).
+//
+// Parameters: from, to and selector as for /api/v1/profile; the selector
+// matches the labels of the process a finding is about.
+func (s *server) handleFindings(w http.ResponseWriter, r *http.Request) error {
+	v, err := query(r)
+	if err != nil {
+		return err
+	}
+	q, err := parseFindingsRequest(v, s.now())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	fs, err := s.o.Store.Findings(ctx, *q)
+	if err != nil {
+		return err
+	}
+	resp := FindingsResponse{From: q.From, To: q.To, Findings: make([]json.RawMessage, 0, len(fs))}
+	for _, f := range fs {
+		body, err := withPlace(f)
+		if err != nil {
+			return err
+		}
+		resp.Findings = append(resp.Findings, body)
+	}
+	return writeJSON(w, resp)
+}
+
+// withPlace adds the time, length and labels of f's window to its JSON
+// object.
+func withPlace(f store.Finding) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(f.Body, &obj); err != nil {
+		return nil, fmt.Errorf("stored finding at %s: %w", f.Start.UTC().Format(time.RFC3339), err)
+	}
+	place, err := json.Marshal(storedFinding{Time: f.Start, Duration: f.Duration.Seconds(), Labels: f.Labels})
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(place, &obj); err != nil {
+		return nil, err
+	}
+	return json.Marshal(obj)
+}
+
 // handleLabels serves GET /api/v1/labels: a JSON array of the label names
 // seen in [from, to), sorted.
 //

@@ -122,6 +122,15 @@ func (c *Client) Series(ctx context.Context, q url.Values) (*SeriesResponse, err
 	return &s, nil
 }
 
+// Findings fetches /api/v1/findings with parameters q.
+func (c *Client) Findings(ctx context.Context, q url.Values) (*FindingsResponse, error) {
+	var f FindingsResponse
+	if err := c.getJSON(ctx, "/api/v1/findings", q, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
 func cloneValues(q url.Values) url.Values {
 	c := make(url.Values, len(q)+1)
 	for k, v := range q {

@@ -20,6 +20,7 @@ import (
 type fakeStore struct {
 	mu         sync.Mutex
 	windows    []*profile.Profile
+	findings   []store.Finding
 	err        error // returned by every query when set
 	maxSamples int   // a larger profile is store.ErrTooLarge; 0: no limit
 	block      bool  // queries wait for their context to end
@@ -162,6 +163,28 @@ func (f *fakeStore) labels(ctx context.Context, from, to time.Time, each func(ma
 	return out, nil
 }
 
+func (f *fakeStore) WriteFindings(_ context.Context, fs []store.Finding) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.findings = append(f.findings, fs...)
+	return nil
+}
+
+func (f *fakeStore) Findings(ctx context.Context, q store.Query) ([]store.Finding, error) {
+	if err := f.begin(ctx, q); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.Finding
+	for _, x := range f.findings {
+		if !x.Start.Before(q.From) && x.Start.Before(q.To) && q.Selector.Matches(x.Labels) {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeStore) Close() error { return nil }
 
 // Test data: six 10 s windows from t0, each with 30 samples of api
@@ -202,6 +225,11 @@ func newFakeStore() *fakeStore {
 			},
 		})
 	}
+	f.WriteFindings(context.Background(), []store.Finding{{
+		Start: t0.Add(10 * time.Second), Duration: 10 * time.Second, Detector: "busy-poll", Severity: "critical",
+		Labels: map[string]string{profile.LabelComm: "api", profile.LabelPID: "4242"},
+		Body:   []byte(`{"id":"busy-poll","pid":4242,"comm":"api","severity":"critical","summary":"spins"}`),
+	}})
 	return f
 }
 

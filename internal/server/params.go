@@ -519,6 +519,21 @@ func alignDown(t time.Time, step time.Duration) time.Time {
 	return t.Add(-(t.Sub(minTime) % step)).UTC()
 }
 
+func parseFindingsRequest(v url.Values, now time.Time) (*store.Query, error) {
+	p, err := newParams(v, now, "from", "to", "selector")
+	if err != nil {
+		return nil, err
+	}
+	q := &store.Query{}
+	if q.From, q.To, err = p.timeRange(); err != nil {
+		return nil, err
+	}
+	if q.Selector, err = p.selector("selector"); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
 // labelsRequest is a parsed /api/v1/labels request.
 type labelsRequest struct {
 	from, to time.Time

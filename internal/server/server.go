@@ -89,6 +89,7 @@ func newServer(o Options, now func() time.Time) *server {
 	mux.Handle("GET /api/v1/profile", s.api(s.handleProfile))
 	mux.Handle("GET /api/v1/series", s.api(s.handleSeries))
 	mux.Handle("GET /api/v1/diff", s.api(s.handleDiff))
+	mux.Handle("GET /api/v1/findings", s.api(s.handleFindings))
 	mux.Handle("GET /api/v1/labels", s.api(s.handleLabels))
 	mux.Handle("GET /api/v1/labels/{name}/values", s.api(s.handleLabelValues))
 	mux.Handle("GET /api/v1/", s.api(func(http.ResponseWriter, *http.Request) error { return errNotFound }))

@@ -250,6 +250,27 @@ func TestHandlers(t *testing.T) {
 		{target: "/api/v1/diff?base_selector={", status: 400, errMsg: "base_selector: bad selector"},
 		{target: "/api/v1/diff?normalize=maybe", status: 400, errMsg: `normalize: want true or false, not "maybe"`},
 
+		{target: "/api/v1/findings?from=now-1h", ctype: "application/json", check: func(t *testing.T, w *httptest.ResponseRecorder) {
+			resp := decode[struct {
+				Findings []map[string]any
+			}](t, w)
+			if len(resp.Findings) != 1 {
+				t.Fatalf("findings %v", resp.Findings)
+			}
+			f := resp.Findings[0]
+			labels, _ := f["labels"].(map[string]any)
+			if f["id"] != "busy-poll" || f["summary"] != "spins" || f["time"] != "2026-11-22T10:00:10Z" || f["duration"] != 10.0 || labels["pid"] != "4242" {
+				t.Errorf("finding %v", f)
+			}
+		}},
+		{target: `/api/v1/findings?from=now-1h&selector={comm="worker"}`, check: func(t *testing.T, w *httptest.ResponseRecorder) {
+			if resp := decode[FindingsResponse](t, w); len(resp.Findings) != 0 {
+				t.Errorf("findings of worker: %s", resp.Findings)
+			}
+		}},
+		{target: "/api/v1/findings?selector={", status: 400, errMsg: "selector: bad selector"},
+		{target: "/api/v1/findings?from=now&to=now-1h", status: 400, errMsg: "from: "},
+
 		{target: "/api/v1/nothing", status: 404, errMsg: "no such path"},
 		{target: "/api/v1/profile/", status: 404, errMsg: "no such path"},
 		{target: "/nothing", status: 404, errMsg: "no such path /nothing"},

@@ -127,8 +127,10 @@ func (s *SQLite) dropOldest(ctx context.Context, max int, cutoff int64) (int, er
 		default:
 			limit++ // delete through the max-th window's start
 		}
-		if _, err := s.w.conn.ExecContext(ctx, `DELETE FROM samples WHERE start < ?`, limit); err != nil {
-			return err
+		for _, q := range []string{`DELETE FROM samples WHERE start < ?`, `DELETE FROM findings WHERE start < ?`} {
+			if _, err := s.w.conn.ExecContext(ctx, q, limit); err != nil {
+				return err
+			}
 		}
 		res, err := s.w.conn.ExecContext(ctx, `DELETE FROM windows WHERE start < ?`, limit)
 		if err != nil {

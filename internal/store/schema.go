@@ -11,9 +11,9 @@ import (
 // schemaVersion is the version of the on-disk format this code writes and
 // reads; docs/STORE.md describes it. Bump it with every change to a table
 // or a blob encoding, and teach migrate the way up from the one before.
-const schemaVersion = 1
+const schemaVersion = 2
 
-// schema creates version 1. Times are Unix nanoseconds, durations
+// schema creates the current version. Times are Unix nanoseconds, durations
 // nanoseconds; addresses are uint64s stored as their int64 bit pattern.
 // AUTOINCREMENT keeps ids from being reused after garbage collection, so an
 // id names one item forever and the read-side caches never go stale.
@@ -86,6 +86,21 @@ CREATE TABLE mappings (
 	kernel      INTEGER NOT NULL
 );
 CREATE INDEX mappings_hash ON mappings (hash);
+` + findingsSchema
+
+// findingsSchema is what version 2 added to version 1: the agent's doctor
+// findings, each with the labels of its process and its JSON.
+const findingsSchema = `
+CREATE TABLE findings (
+	id       INTEGER PRIMARY KEY AUTOINCREMENT,
+	start    INTEGER NOT NULL,
+	duration INTEGER NOT NULL,
+	detector TEXT NOT NULL,
+	severity TEXT NOT NULL,
+	labels   BLOB NOT NULL,
+	body     TEXT NOT NULL
+);
+CREATE INDEX findings_start ON findings (start);
 `
 
 // ErrNewerSchema reports a database written by a newer flint; this one
@@ -131,7 +146,15 @@ func migrate(ctx context.Context, db *sql.DB, path string) error {
 	case version > schemaVersion:
 		return fmt.Errorf("%w: %s has schema version %d, this flint reads up to %d: upgrade flint or use another directory",
 			ErrNewerSchema, path, version, schemaVersion)
+	case version == schemaVersion:
+		return nil
 	}
-	// version == schemaVersion: nothing to migrate yet.
-	return nil
+	// Version 1: add the findings table.
+	if _, err := tx.ExecContext(ctx, findingsSchema); err != nil {
+		return fmt.Errorf("migrate schema 1 to 2: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'schema_version'`, strconv.Itoa(schemaVersion)); err != nil {
+		return fmt.Errorf("migrate schema 1 to 2: %w", err)
+	}
+	return tx.Commit()
 }

@@ -39,6 +39,9 @@ type Options struct {
 	// over all series (steps × series); beyond it the query fails with
 	// ErrTooLarge. Default 100,000; 0 means no limit.
 	MaxSeriesPoints int
+	// MaxFindings is the most findings a Findings query returns; beyond it
+	// the query fails with ErrTooLarge. Default 10,000; 0 means no limit.
+	MaxFindings int
 	// CompactInterval is how often a background goroutine runs Compact
 	// (retention, size limit, garbage collection). Default 1 minute; 0
 	// starts no goroutine, and the caller runs Compact itself.
@@ -57,6 +60,7 @@ func DefaultOptions() Options {
 		MaxQueryRange:   31 * 24 * time.Hour,
 		MaxStacks:       200_000,
 		MaxSeriesPoints: 100_000,
+		MaxFindings:     10_000,
 		CompactInterval: time.Minute,
 	}
 }

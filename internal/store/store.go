@@ -38,6 +38,13 @@ type Store interface {
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
 	// LabelValues lists the values of one label seen in [from, to).
 	LabelValues(ctx context.Context, name string, from, to time.Time) ([]string, error)
+	// WriteFindings stores the findings of one examination in one
+	// transaction.
+	WriteFindings(ctx context.Context, fs []Finding) error
+	// Findings returns the findings of examinations starting in
+	// [q.From, q.To) whose labels match q.Selector, oldest first; more than
+	// Options.MaxFindings fail with ErrTooLarge. q.KeepLabels is ignored.
+	Findings(ctx context.Context, q Query) ([]Finding, error)
 	// Close flushes and releases the store; safe to call twice.
 	Close() error
 }
@@ -60,6 +67,19 @@ type SeriesQuery struct {
 type Series struct {
 	Value  string  `json:"value"`
 	Points []Point `json:"points"`
+}
+
+// Finding is one problem flint doctor found in one examination. The store
+// keeps Body, the finding as JSON, as it is; Detector and Severity are
+// copies of its fields, for reading without decoding it.
+type Finding struct {
+	Start    time.Time // the examination's span
+	Duration time.Duration
+	Detector string
+	Severity string
+	// Labels are those of the process the finding is about.
+	Labels map[string]string
+	Body   []byte
 }
 
 // Point is the number of samples in one step.

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func finding(start time.Time, detector, comm string) Finding {
+	return Finding{
+		Start: start, Duration: 10 * time.Second, Detector: detector, Severity: "warning",
+		Labels: map[string]string{"comm": comm, "pid": "42", "node": "n1"},
+		Body:   []byte(`{"id":"` + detector + `","comm":"` + comm + `"}`),
+	}
+}
+
+func TestFindings(t *testing.T) {
+	o := testOptions()
+	o.MaxFindings = 3
+	s := openTest(t, t.TempDir(), o)
+	ctx := context.Background()
+	err := s.WriteFindings(ctx, []Finding{
+		finding(t0, "busy-poll", "api"),
+		finding(t0, "hot-debug-output", "web"),
+		finding(t0.Add(time.Minute), "busy-poll", "api"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := Query{From: t0, To: t0.Add(time.Hour)}
+	got, err := s.Findings(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[2].Start.UnixNano() != t0.Add(time.Minute).UnixNano() || got[0].Duration != 10*time.Second {
+		t.Fatalf("findings %+v", got)
+	}
+	if f := got[1]; f.Detector != "hot-debug-output" || f.Severity != "warning" || f.Labels["comm"] != "web" || !strings.Contains(string(f.Body), `"web"`) {
+		t.Errorf("finding read back as %+v", f)
+	}
+
+	q := all
+	q.Selector = mustParse(t, `{comm="api"}`)
+	if got, err := s.Findings(ctx, q); err != nil || len(got) != 2 {
+		t.Errorf("{comm=\"api\"}: %d findings, %v; want 2", len(got), err)
+	}
+	q = Query{From: t0.Add(time.Second), To: t0.Add(time.Hour)}
+	if got, err := s.Findings(ctx, q); err != nil || len(got) != 1 {
+		t.Errorf("from t0+1s: %d findings, %v; want 1", len(got), err)
+	}
+	if _, err := s.Findings(ctx, Query{From: t0, To: t0}); !errors.Is(err, ErrBadQuery) {
+		t.Errorf("empty range: %v, want ErrBadQuery", err)
+	}
+	if err := s.WriteFindings(ctx, []Finding{finding(t0.Add(2*time.Minute), "busy-poll", "api")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Findings(ctx, all); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("4 findings with MaxFindings 3: %v, want ErrTooLarge", err)
+	}
+}
+
+// TestFindingsRetention checks that findings leave with their windows.
+func TestFindingsRetention(t *testing.T) {
+	o := testOptions()
+	o.Retention = time.Hour
+	s := openTest(t, t.TempDir(), o)
+	ctx := context.Background()
+	wl := newWorkload(t0)
+	write(t, s, wl.window(0), wl.window(2*360))
+	old, recent := wl.window(0).Start, wl.window(2*360).Start
+	if err := s.WriteFindings(ctx, []Finding{finding(old, "busy-poll", "api"), finding(recent, "busy-poll", "api")}); err != nil {
+		t.Fatal(err)
+	}
+	now := recent.Add(time.Minute)
+	s.now = func() time.Time { return now }
+	if err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Findings(ctx, Query{From: old, To: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got[0].Start.Equal(recent) {
+		t.Errorf("after retention: %+v, want the recent finding only", got)
+	}
+}
+
+// TestMigrateFromVersion1 opens a store written by the flint before
+// findings: its windows stay, and findings can be written.
+func TestMigrateFromVersion1(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, testOptions())
+	write(t, s, newWorkload(t0).window(0))
+	s.Close()
+	db, err := sql.Open("sqlite", filepath.Join(dir, DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE findings`, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s = openTest(t, dir, testOptions())
+	if n := count(t, s, "windows"); n != 1 {
+		t.Errorf("%d windows after migration, want 1", n)
+	}
+	var v string
+	s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
+	if v != "2" {
+		t.Errorf("schema version %q after migration, want 2", v)
+	}
+	if err := s.WriteFindings(context.Background(), []Finding{finding(t0, "busy-poll", "api")}); err != nil {
+		t.Fatal(err)
+	}
+}
