@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -131,20 +132,27 @@ func (r region) contains(addr uint64) bool {
 // segments for its header. The start of text and of the inline trees are
 // read from runtime.firstmoduledata, found by its pointer to the pclntab, so
 // stripped binaries keep their inlined frames.
-func OpenGo(f *elf.File) (*GoTable, error) {
-	addr, data, err := findPclntab(f)
+func OpenGo(f *elf.File) (t *GoTable, err error) {
+	fb := &fileBytes{}
+	defer func() {
+		if err != nil {
+			fb.release()
+		}
+	}()
+	defer guardFault(debug.SetPanicOnFault(true), &err)
+	addr, data, err := findPclntab(f, fb)
 	if err != nil {
 		return nil, err
 	}
-	t, err := parsePclntab(data)
+	t, err = parsePclntab(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse pclntab: %w", err)
 	}
 	switch t.version {
 	case ver116:
-		t.mem = ver116Funcdata(f, t, region{addr, data})
+		t.mem = ver116Funcdata(f, fb, t, region{addr, data})
 	default:
-		text, gofuncs, ok := findModuledata(f, t, addr)
+		text, gofuncs, ok := findModuledata(f, fb, t, addr)
 		if !ok {
 			var gofunc uint64
 			text, gofunc = goSymbols(f)
@@ -169,14 +177,18 @@ func OpenGo(f *elf.File) (*GoTable, error) {
 			}
 			t.gofunc, t.mem = g, pcln // Go 1.26 places go:func.* inside .gopclntab.
 			if !pcln.contains(g) {
-				t.mem = readToEnd(f, g)
+				t.mem = readToEnd(f, fb, g)
 			}
 			if t.inlineTreesValid() {
 				break
 			}
+			if t.mem.addr != pcln.addr {
+				fb.drop(t.mem.data)
+			}
 			t.gofunc, t.mem = 0, region{}
 		}
 	}
+	fb.keepWith(t)
 	return t, nil
 }
 
@@ -390,7 +402,9 @@ func (t *GoTable) funcAt(i int) (goFunc, bool) {
 // runtime.CallersFrames reports for that pc; nil when no function covers
 // pc. Like the runtime it drops inlined compiler-written wrappers between
 // two frames. pc is a virtual address as the ELF file lays it out.
-func (t *GoTable) Lookup(pc uint64) []Frame {
+func (t *GoTable) Lookup(pc uint64) (frames []Frame) {
+	var changed error // a fault in the mapped table: no frames
+	defer guardFault(debug.SetPanicOnFault(true), &changed)
 	i, ok := t.find(pc)
 	if !ok {
 		return nil
@@ -400,7 +414,7 @@ func (t *GoTable) Lookup(pc uint64) []Frame {
 		return nil
 	}
 	var buf [8]Frame
-	frames := buf[:0]
+	frames = buf[:0]
 	idx := t.pcvalue(&f, t.pcdataOff(&f, pcdataInlTreeIndex), pc)
 	for depth := 0; idx >= 0 && depth < maxInlineDepth; depth++ {
 		call, ok := t.inlinedCall(&f, idx)
@@ -451,8 +465,10 @@ func (t *GoTable) str(k strKey, tab []byte, conv func(string) string) string {
 // Functions lists every function of the table in address order. It decodes
 // each record, so it costs O(number of functions); records that do not
 // decode are left out.
-func (t *GoTable) Functions() []Func {
-	fns := make([]Func, 0, t.nfunc)
+func (t *GoTable) Functions() (fns []Func) {
+	var changed error // a fault in the mapped table: the functions so far
+	defer guardFault(debug.SetPanicOnFault(true), &changed)
+	fns = make([]Func, 0, t.nfunc)
 	for i := 0; i < t.nfunc; i++ {
 		f, ok := t.funcAt(i)
 		if !ok {
@@ -621,13 +637,13 @@ func (t *GoTable) inlinedCall(f *goFunc, idx int32) (inlinedCall, bool) {
 }
 
 // findPclntab returns the address and bytes of f's pclntab.
-func findPclntab(f *elf.File) (uint64, []byte, error) {
+func findPclntab(f *elf.File, fb *fileBytes) (uint64, []byte, error) {
 	for _, name := range []string{".gopclntab", ".data.rel.ro.gopclntab"} {
 		s := f.Section(name)
 		if s == nil || s.Type == elf.SHT_NOBITS {
 			continue
 		}
-		data, err := s.Data()
+		data, err := fb.read(s, 0, int64(s.Size))
 		if err != nil {
 			return 0, nil, fmt.Errorf("read %s: %w", name, err)
 		}
@@ -648,9 +664,9 @@ func findPclntab(f *elf.File) (uint64, []byte, error) {
 		if start != 0 {
 			var r region
 			if end > start {
-				r = readVirtual(f, start, end-start)
+				r = readVirtual(f, fb, start, end-start)
 			} else {
-				r = readToEnd(f, start)
+				r = readToEnd(f, fb, start)
 			}
 			if r.data != nil {
 				return start, r.data, nil
@@ -660,7 +676,7 @@ func findPclntab(f *elf.File) (uint64, []byte, error) {
 	if !looksGo(f) {
 		return 0, nil, ErrNotGo
 	}
-	if addr, data, ok := scanPclntab(f); ok {
+	if addr, data, ok := scanPclntab(f, fb); ok {
 		return addr, data, nil
 	}
 	return 0, nil, ErrNotGo
@@ -678,13 +694,13 @@ func looksGo(f *elf.File) bool {
 
 // scanPclntab searches the loaded segments, non-executable ones first, for
 // a pcHeader whose tables decode.
-func scanPclntab(f *elf.File) (uint64, []byte, bool) {
+func scanPclntab(f *elf.File, fb *fileBytes) (uint64, []byte, bool) {
 	for _, exec := range []bool{false, true} {
 		for _, p := range f.Progs {
 			if p.Type != elf.PT_LOAD || (p.Flags&elf.PF_X != 0) != exec {
 				continue
 			}
-			data, err := readFull(p, 0, int64(p.Filesz))
+			data, err := fb.read(p, 0, int64(p.Filesz))
 			if err != nil {
 				continue
 			}
@@ -700,12 +716,13 @@ func scanPclntab(f *elf.File) (uint64, []byte, bool) {
 						off += i
 						addr := p.Vaddr + uint64(off)
 						if addr%4 == 0 && plausible(data[off:]) {
-							return addr, bytes.Clone(data[off:]), true
+							return addr, data[off:], true
 						}
 						off++
 					}
 				}
 			}
+			fb.drop(data)
 		}
 	}
 	return 0, nil, false
@@ -752,7 +769,7 @@ var gofuncWords = map[int][]int{ver118: {38}, ver120: {40, 43}}
 // its gofunc. Every pointer into the pclntab and the function bounds are
 // checked against the header, so a stray word equal to tabAddr is not taken
 // for it.
-func findModuledata(f *elf.File, t *GoTable, tabAddr uint64) (text uint64, gofuncs []uint64, ok bool) {
+func findModuledata(f *elf.File, fb *fileBytes, t *GoTable, tabAddr uint64) (text uint64, gofuncs []uint64, ok bool) {
 	ps := t.ptrSize
 	pat := make([]byte, ps)
 	if ps == 4 {
@@ -764,10 +781,11 @@ func findModuledata(f *elf.File, t *GoTable, tabAddr uint64) (text uint64, gofun
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_W == 0 {
 			continue
 		}
-		data, err := readFull(p, 0, int64(p.Filesz))
+		data, err := fb.read(p, 0, int64(p.Filesz))
 		if err != nil {
 			continue
 		}
+		found := false
 		for off := 0; off+mdWords*ps <= len(data); {
 			i := bytes.Index(data[off:], pat)
 			if i < 0 {
@@ -777,14 +795,18 @@ func findModuledata(f *elf.File, t *GoTable, tabAddr uint64) (text uint64, gofun
 			if (p.Vaddr+uint64(off))%uint64(ps) == 0 && off+mdWords*ps <= len(data) {
 				md := data[off:]
 				word := func(k int) uint64 { return t.uintptr(md[k*ps:]) }
-				if text, gofuncs, ok := t.moduledata(tabAddr, word); ok {
-					return text, gofuncs, true
+				if text, gofuncs, found = t.moduledata(tabAddr, word); found {
+					break
 				}
 			}
 			off++
 		}
+		fb.drop(data)
+		if found {
+			return text, gofuncs, true
+		}
 	}
-	return findModuledataRelocated(f, t, tabAddr)
+	return findModuledataRelocated(f, fb, t, tabAddr)
 }
 
 // moduledata checks that word reads a moduledata describing the pclntab at
@@ -836,7 +858,7 @@ func relativeReloc(m elf.Machine) uint32 {
 // left relocated words zero and their values in RELA addends (lld's and
 // some aarch64 linkers' default): moduledata is then found through the
 // relocation that fills its first word.
-func findModuledataRelocated(f *elf.File, t *GoTable, tabAddr uint64) (text uint64, gofuncs []uint64, ok bool) {
+func findModuledataRelocated(f *elf.File, fb *fileBytes, t *GoTable, tabAddr uint64) (text uint64, gofuncs []uint64, ok bool) {
 	rtype := relativeReloc(f.Machine)
 	if rtype == 0 || f.Class != elf.ELFCLASS64 || t.ptrSize != 8 {
 		return 0, nil, false
@@ -869,7 +891,7 @@ func findModuledataRelocated(f *elf.File, t *GoTable, tabAddr uint64) (text uint
 		}
 	})
 	for _, c := range cands {
-		r := readVirtual(f, c, mdWords*8)
+		r := readVirtual(f, fb, c, mdWords*8)
 		if r.data == nil {
 			continue
 		}
@@ -910,7 +932,7 @@ func goSymbols(f *elf.File) (text, gofunc uint64) {
 // ver116Funcdata returns the loaded section holding inline trees, which Go
 // 1.16 and 1.17 point at with absolute addresses: the one holding the first
 // tree found.
-func ver116Funcdata(f *elf.File, t *GoTable, pcln region) region {
+func ver116Funcdata(f *elf.File, fb *fileBytes, t *GoTable, pcln region) region {
 	for i := 0; i < t.nfunc; i++ {
 		fn, ok := t.funcAt(i)
 		o := funcdataInlTree * t.ptrSize
@@ -926,7 +948,7 @@ func ver116Funcdata(f *elf.File, t *GoTable, pcln region) region {
 		}
 		for _, s := range f.Sections {
 			if s.Flags&elf.SHF_ALLOC != 0 && s.Type != elf.SHT_NOBITS && tree >= s.Addr && tree-s.Addr < s.Size {
-				if data, err := s.Data(); err == nil {
+				if data, err := fb.read(s, 0, int64(s.Size)); err == nil {
 					return region{s.Addr, data}
 				}
 			}
@@ -938,20 +960,20 @@ func ver116Funcdata(f *elf.File, t *GoTable, pcln region) region {
 
 // readToEnd reads from addr to the end of the loaded section holding it, or
 // of the segment when f has no section headers.
-func readToEnd(f *elf.File, addr uint64) region {
-	return readVirtual(f, addr, ^uint64(0))
+func readToEnd(f *elf.File, fb *fileBytes, addr uint64) region {
+	return readVirtual(f, fb, addr, ^uint64(0))
 }
 
 // readVirtual reads up to n bytes at virtual address addr, stopping at the
 // end of the section (or segment) holding addr.
-func readVirtual(f *elf.File, addr, n uint64) region {
+func readVirtual(f *elf.File, fb *fileBytes, addr, n uint64) region {
 	for _, s := range f.Sections {
 		if s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOBITS || addr < s.Addr || addr-s.Addr >= s.Size {
 			continue
 		}
 		off := addr - s.Addr
 		n = min(n, s.Size-off)
-		data, err := readFull(s, int64(off), int64(n))
+		data, err := fb.read(s, int64(off), int64(n))
 		if err != nil {
 			return region{}
 		}
@@ -963,7 +985,7 @@ func readVirtual(f *elf.File, addr, n uint64) region {
 		}
 		off := addr - p.Vaddr
 		n = min(n, p.Filesz-off)
-		data, err := readFull(p, int64(off), int64(n))
+		data, err := fb.read(p, int64(off), int64(n))
 		if err != nil {
 			return region{}
 		}

@@ -194,7 +194,7 @@ func TestGoTableToolchain(t *testing.T) {
 // spread through it, with debug/gosym: gosym names the physical function
 // and the innermost file and line, so those are what must agree.
 func checkAgainstGosym(t *testing.T, tab *GoTable, f *elf.File) {
-	addr, data, err := findPclntab(f)
+	addr, data, err := findPclntab(f, &fileBytes{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -920,7 +920,7 @@ func FuzzGoTable(f *testing.F) {
 		}
 		// Go 1.26 keeps the inline trees inside the pclntab, as the
 		// fuzz body assumes.
-		if addr, data, err := findPclntab(ef); err == nil && tab.mem.addr == addr {
+		if addr, data, err := findPclntab(ef, &fileBytes{}); err == nil && tab.mem.addr == addr {
 			f.Add(data, tab.textStart, tab.gofunc-addr)
 		}
 	}
