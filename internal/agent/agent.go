@@ -58,11 +58,11 @@ type Options struct {
 // DefaultOptions are `flint agent` without flags.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:   "/var/lib/flint",
-		Frequency: 99,
-		Window:    10 * time.Second,
-		Retention: 7 * 24 * time.Hour,
-		MaxSize:   1 << 30,
+		DataDir:     "/var/lib/flint",
+		Frequency:   99,
+		Window:      10 * time.Second,
+		Retention:   7 * 24 * time.Hour,
+		MaxSize:     1 << 30,
 		Listen:      "127.0.0.1:7070",
 		Transfer:    sampler.RingBuffer,
 		DoctorEvery: time.Minute,
