@@ -12,6 +12,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "profile.h"
+#include "maps.h"
 
 // Load-time options, set by the loader before the verifier sees the program.
 const volatile __u32 target_tgid = 0;	   // 0: every process
@@ -107,10 +108,7 @@ static __always_inline void copy_comm(char *dst, const char *src)
 
 static __always_inline void count(enum sampler_stat s)
 {
-	__u32 key = s;
-	__u64 *v = bpf_map_lookup_elem(&stats, &key);
-	if (v)
-		*v += 1; // per-CPU value: no other writer
+	percpu_inc(&stats, s);
 }
 
 // Bumped by every exec and fork: a per-CPU cached generation is valid only
@@ -177,19 +175,6 @@ static __always_inline __u32 proc_generation(__u32 tgid)
 	return g;
 }
 
-// hash_stack mixes the used part of a stack into 64 bits; 0 means no stack.
-static __always_inline __u64 hash_stack(const struct stack_trace *s)
-{
-	__u64 h = 0x9e3779b97f4a7c15ULL ^ s->len;
-	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (i >= s->len)
-			break;
-		h = (h ^ s->ips[i]) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	return h ? h : 1;
-}
-
 // get_stack fills s and returns its hash, or 0 when there is no stack (a
 // kernel thread has no user stack; user code has no kernel stack).
 static __always_inline __u64 get_stack(struct bpf_perf_event_data *ctx, struct stack_trace *s,
@@ -205,7 +190,7 @@ static __always_inline __u64 get_stack(struct bpf_perf_event_data *ctx, struct s
 	s->len = n / sizeof(__u64);
 	if (s->len == 0)
 		return 0;
-	return hash_stack(s);
+	return hash_ips(s->ips, s->len, MAX_STACK_DEPTH);
 }
 
 static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
@@ -220,20 +205,8 @@ static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
 
 static __always_inline void aggregate(struct sample_key *key)
 {
-	__u64 *n = bpf_map_lookup_elem(&counts, key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return;
-	}
-	__u64 one = 1;
-	long err = bpf_map_update_elem(&counts, key, &one, BPF_NOEXIST);
-	if (err == -EEXIST) {
-		n = bpf_map_lookup_elem(&counts, key);
-		if (n)
-			__sync_fetch_and_add(n, 1);
-	} else if (err) {
+	if (!add_one(&counts, key))
 		count(STAT_COUNTS_FULL);
-	}
 }
 
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,

@@ -7,7 +7,6 @@
 #define MAX_STACK_DEPTH 127
 #define COMM_LEN 16
 #define EFAULT 14
-#define EEXIST 17
 
 enum sampler_stat {
 	STAT_SAMPLES,		// timer ticks that ran the program for a traced process

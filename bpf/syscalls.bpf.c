@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "syscalls.h"
+#include "maps.h"
 
 // Load-time options, set by the loader before the verifier sees the program.
 const volatile __u32 target_tgid = 0; // 0: every process
@@ -112,10 +113,7 @@ const enum syscall_tracer_stat *unused_tracer_stat __attribute__((unused));
 
 static __always_inline void count(enum syscall_tracer_stat s)
 {
-	__u32 key = s;
-	__u64 *v = bpf_map_lookup_elem(&stats, &key);
-	if (v)
-		*v += 1; // per-CPU value: no other writer
+	percpu_inc(&stats, s);
 }
 
 // zero_timeout reports whether the user-space timespec (or timeval: the
@@ -170,19 +168,6 @@ static __always_inline bool classify(struct trace_event_raw_sys_enter *ctx, __s3
 	return true;
 }
 
-// hash_stack mixes the used part of a stack into 64 bits; never 0.
-static __always_inline __u64 hash_stack(const struct user_stack *s)
-{
-	__u64 h = 0x9e3779b97f4a7c15ULL ^ s->len;
-	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (i >= s->len)
-			break;
-		h = (h ^ s->ips[i]) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	return h ? h : 1;
-}
-
 // take_stack stores the caller's user stack and returns its hash, or 0 when
 // this CPU took one of syscall nr less than stack_interval_ns ago or there
 // is none. Sampling by time bounds the cost (a stack walk is ~1 us) at any
@@ -206,7 +191,7 @@ static __always_inline __u64 take_stack(void *ctx, __u32 nr, __u64 now)
 	s->len = n / sizeof(__u64);
 	if (s->len == 0)
 		return 0;
-	__u64 h = hash_stack(s);
+	__u64 h = hash_ips(s->ips, s->len, MAX_STACK_DEPTH);
 	long err = bpf_map_update_elem(&stacks, &h, s, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
 		count(TRACER_STACKS_FULL);
@@ -249,14 +234,8 @@ int sys_enter(struct trace_event_raw_sys_enter *ctx)
 
 static __always_inline struct call_stats *stats_for(struct call_key *key)
 {
-	struct call_stats *st = bpf_map_lookup_elem(&calls, key);
-	if (st)
-		return st;
 	struct call_stats empty = {};
-	long err = bpf_map_update_elem(&calls, key, &empty, BPF_NOEXIST);
-	if (err && err != -EEXIST)
-		return NULL;
-	return bpf_map_lookup_elem(&calls, key);
+	return lookup_or_init(&calls, key, &empty);
 }
 
 static __always_inline __u32 log2_bucket(__u64 ns)
@@ -273,20 +252,8 @@ static __always_inline __u32 log2_bucket(__u64 ns)
 
 static __always_inline void count_stack(struct call_stack_key *key)
 {
-	__u64 *n = bpf_map_lookup_elem(&stack_counts, key);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-		return;
-	}
-	__u64 one = 1;
-	long err = bpf_map_update_elem(&stack_counts, key, &one, BPF_NOEXIST);
-	if (err == -EEXIST) {
-		n = bpf_map_lookup_elem(&stack_counts, key);
-		if (n)
-			__sync_fetch_and_add(n, 1);
-	} else if (err) {
+	if (!add_one(&stack_counts, key))
 		count(TRACER_STACK_COUNTS_FULL);
-	}
 }
 
 SEC("tracepoint")

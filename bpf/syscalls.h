@@ -12,7 +12,6 @@
 // Syscall numbers are below this on every architecture (x86-64: ~470).
 #define MAX_SYSCALL_NR 1024
 #define EFAULT 14
-#define EEXIST 17
 
 // What a call's arguments and result say, in call_key.flags and
 // call_stack_key.flags.

@@ -18,6 +18,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "trace.h"
+#include "maps.h"
 
 // Load-time options, set by the loader before the verifier sees the program.
 const volatile __u32 target_tgid = 0; // -p: only this process; 0: any
@@ -87,10 +88,7 @@ const enum trace_error *unused_trace_error __attribute__((unused));
 
 static __always_inline void count_error(enum trace_error e)
 {
-	__u32 key = e;
-	__u64 *v = bpf_map_lookup_elem(&errors, &key);
-	if (v)
-		*v += 1; // per-CPU value, and uprobe programs run with preemption off
+	percpu_inc(&errors, e); // uprobe programs run with preemption off
 }
 
 // wanted tells whether a hit belongs to a traced function and process.
@@ -129,12 +127,10 @@ static __always_inline struct call_counts *counts_of(__u32 tgid, __u32 func)
 	// space reads its /proc entry.
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	BPF_CORE_READ_STR_INTO(&zero.comm, task, group_leader, comm);
-	long err = bpf_map_update_elem(&counts, &key, &zero, BPF_NOEXIST);
-	if (err && err != -EEXIST) { // EEXIST: another CPU inserted it
+	c = lookup_or_init(&counts, &key, &zero);
+	if (!c)
 		count_error(TRACE_ERR_COUNTS_FULL);
-		return NULL;
-	}
-	return bpf_map_lookup_elem(&counts, &key);
+	return c;
 }
 
 static __always_inline void frame_of(struct frame_key *fk, struct pt_regs *ctx, __u64 cookie,

@@ -9,9 +9,6 @@
 // of the truth. 312 buckets reach 2^41 ns (~37 min); longer calls land in
 // the last one. User space sums the sub-buckets into the log2 histogram it
 // prints.
-#ifndef EEXIST
-#define EEXIST 17
-#endif
 
 #define HIST_SUB_BITS 3
 #define HIST_SUB (1 << HIST_SUB_BITS)

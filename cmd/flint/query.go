@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -303,7 +302,7 @@ func top(args []string, stdout io.Writer) error {
 	if err != nil {
 		return apiError("top", c.Server, err)
 	}
-	rows := topFunctions(tree, c.Cum)
+	rows := profile.TopFunctions(tree, c.Cum)
 	total := tree.Total
 	if total == 0 {
 		fmt.Fprintln(stdout, "no samples")
@@ -315,7 +314,7 @@ func top(args []string, stdout io.Writer) error {
 	}
 	var flat int64
 	for _, r := range shown {
-		flat += r.flat
+		flat += r.Flat
 	}
 	fmt.Fprintf(stdout, "Showing %d of %d functions, %d of %d samples (%s)\n",
 		len(shown), len(rows), flat, total, strings.TrimSpace(percent(flat, total)))
@@ -323,8 +322,8 @@ func top(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%10s %5s%% %4s%% %10s %5s%%\n", "flat", "flat", "sum", "cum", "cum")
 	var sum int64
 	for _, r := range shown {
-		sum += r.flat
-		fmt.Fprintf(stdout, "%10d %s %s %10d %s  %s\n", r.flat, percent(r.flat, total), percent(sum, total), r.cum, percent(r.cum, total), r.name)
+		sum += r.Flat
+		fmt.Fprintf(stdout, "%10d %s %s %10d %s  %s\n", r.Flat, percent(r.Flat, total), percent(sum, total), r.Cum, percent(r.Cum, total), r.Name)
 	}
 	return nil
 }
@@ -339,62 +338,6 @@ func percent(n, total int64) string {
 		return fmt.Sprintf("%5.2f%%", r)
 	}
 	return fmt.Sprintf("%5.2g%%", r)
-}
-
-// topRow is one function's samples: in the function itself (flat) and in
-// it or its callees (cum).
-type topRow struct {
-	name      string
-	flat, cum int64
-}
-
-// topFunctions sums a call tree per function name, as pprof -top does:
-// flat from each node's self, cum from each node's total but counted once
-// per path, so recursion does not count a sample twice. The root and the
-// process nodes are not functions. Rows are sorted by flat (or cum), then
-// the other, then name.
-func topFunctions(root *profile.Node, byCum bool) []topRow {
-	rows := map[string]*topRow{}
-	onPath := map[string]int{}
-	var walk func(n *profile.Node)
-	walk = func(n *profile.Node) {
-		if n.Kind != profile.KindRoot && n.Kind != profile.KindProcess {
-			r := rows[n.Name]
-			if r == nil {
-				r = &topRow{name: n.Name}
-				rows[n.Name] = r
-			}
-			r.flat += n.Self
-			if onPath[n.Name] == 0 {
-				r.cum += n.Total
-			}
-			onPath[n.Name]++
-			defer func() { onPath[n.Name]-- }()
-		}
-		for _, c := range n.Children {
-			walk(c)
-		}
-	}
-	walk(root)
-	out := make([]topRow, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		ka, kb, sa, sb := a.flat, b.flat, a.cum, b.cum
-		if byCum {
-			ka, kb, sa, sb = sa, sb, ka, kb
-		}
-		if ka != kb {
-			return ka > kb
-		}
-		if sa != sb {
-			return sa > sb
-		}
-		return a.name < b.name
-	})
-	return out
 }
 
 // SeriesConfig is what `flint series` was asked to do.

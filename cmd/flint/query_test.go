@@ -340,21 +340,6 @@ func TestTop(t *testing.T) {
 	}
 }
 
-func TestTopFunctionsRecursion(t *testing.T) {
-	// f calls f calls g: f's cum counts the sample once.
-	g := &profile.Node{Name: "g", Kind: profile.KindUser, Self: 3, Total: 3}
-	f2 := &profile.Node{Name: "f", Kind: profile.KindUser, Self: 1, Total: 4, Children: []*profile.Node{g}}
-	f1 := &profile.Node{Name: "f", Kind: profile.KindUser, Total: 4, Children: []*profile.Node{f2}}
-	root := &profile.Node{Name: "all", Kind: profile.KindRoot, Total: 4, Children: []*profile.Node{
-		{Name: "app", Kind: profile.KindProcess, Total: 4, Children: []*profile.Node{f1}},
-	}}
-	got := topFunctions(root, false)
-	want := []topRow{{"g", 3, 3}, {"f", 1, 4}}
-	if !slices.Equal(got, want) {
-		t.Errorf("top %v, want %v", got, want)
-	}
-}
-
 func TestSeries(t *testing.T) {
 	url, _ := testAgent(t, "")
 	t.Setenv("FLINT_SERVER", url)

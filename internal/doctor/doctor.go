@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // Finding is one problem found, with the evidence measured and the fix.
@@ -381,7 +382,7 @@ func withLine(f Frame, p *Process) Frame {
 			path = alt // the file as the process sees it
 		}
 	}
-	f.File, f.Line, _ = sourceLine(path, f.fileOffset)
+	f.File, f.Line, _ = symbol.SourceLine(path, f.fileOffset)
 	return f
 }
 

@@ -1,4 +1,4 @@
-package doctor
+package symbol
 
 import (
 	"debug/dwarf"
@@ -9,12 +9,15 @@ import (
 	"sync"
 )
 
-// The symbolizer names C and C++ frames from ELF symbols alone, without
-// file and line. A finding's responsible frame deserves its line, so
-// doctor reads the DWARF line table of the binaries it points into, when
-// they have one (built with -g).
+// The Symbolizer names C and C++ frames from ELF symbols alone, without
+// file and line: a binary's DWARF line table can hold millions of rows,
+// too many to keep for every binary on a node. SourceLine reads it for the
+// few frames that deserve a line, such as the one a doctor finding blames.
 
-// lineTables caches one line table per binary path; nil when it has none.
+// maxLineTables bounds the line tables kept; past it the cache starts over.
+const maxLineTables = 16
+
+// lineTables caches line tables by binary path; nil when it has none.
 var lineTables = struct {
 	sync.Mutex
 	m map[string]*lineTable
@@ -33,12 +36,15 @@ type lineRow struct {
 	end  bool // end of a sequence: no line from here
 }
 
-// sourceLine names the source line of a file offset in the binary at path;
+// SourceLine names the source line of a file offset in the binary at path;
 // ok is false when the binary has no DWARF line table covering it.
-func sourceLine(path string, fileOffset uint64) (file string, line int, ok bool) {
+func SourceLine(path string, fileOffset uint64) (file string, line int, ok bool) {
 	lineTables.Lock()
 	t, seen := lineTables.m[path]
 	if !seen {
+		if len(lineTables.m) >= maxLineTables {
+			clear(lineTables.m)
+		}
 		t, _ = readLineTable(path)
 		lineTables.m[path] = t
 	}
