@@ -28,6 +28,9 @@ const volatile __u64 stack_interval_ns = 100000;
 // are detached: attaching takes tens of milliseconds a tracepoint, and
 // rates need a precise start and end.
 volatile bool tracing = false;
+// CLOCK_MONOTONIC ns when this tracing run began: a call entered before it
+// (during an earlier run of a reused tracer) is not counted.
+volatile __u64 traced_since = 0;
 
 // Syscall numbers of this architecture; -1 where it has no such syscall.
 const volatile __s32 nr_epoll_wait = -1;
@@ -263,7 +266,7 @@ int sys_exit(struct trace_event_raw_sys_exit *ctx)
 	__u32 tgid = id >> 32, tid = (__u32)id;
 
 	struct call_inflight *in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
-	if (!in || !in->start_ns)
+	if (!in || !in->start_ns || in->start_ns < traced_since)
 		return 0; // not traced, or entered before tracing began
 	struct call_inflight c = *in;
 	in->start_ns = 0;

@@ -90,6 +90,7 @@ type Agent struct {
 	lastBPF     time.Duration
 	exam        *doctor.Examination // of the current window, if examined
 	lastExam    time.Time
+	tracer      *doctor.Tracer // loaded at the first examination, kept
 
 	liveMu sync.Mutex
 	live   []*liveRequest
@@ -188,6 +189,9 @@ func (a *Agent) loop(ctx context.Context) {
 			a.flush(time.Now())
 			if a.exam != nil {
 				a.exam.Close()
+			}
+			if a.tracer != nil {
+				a.tracer.Close()
 			}
 			a.endLive()
 			return

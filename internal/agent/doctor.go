@@ -27,7 +27,17 @@ func (a *Agent) beginExamination(last *profile.Profile, now time.Time) {
 		return
 	}
 	a.lastExam = now
-	e, err := doctor.Begin(doctor.ExamOptions{Targets: doctor.ActivePIDs(last), Symbolizer: a.sym})
+	if a.tracer == nil {
+		t, err := doctor.StartTracer(doctor.TracerOptions{Symbolizer: a.sym})
+		if err != nil {
+			a.metrics.examinationsFailed.Add(1)
+			a.o.Logf("doctor: %v (next try in %s)", err, a.o.DoctorEvery)
+			return
+		}
+		t.Stop()
+		a.tracer = t
+	}
+	e, err := doctor.Begin(doctor.ExamOptions{Targets: doctor.ActivePIDs(last), Tracer: a.tracer})
 	if err != nil {
 		a.metrics.examinationsFailed.Add(1)
 		a.o.Logf("doctor: %v (next try in %s)", err, a.o.DoctorEvery)

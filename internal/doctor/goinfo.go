@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -59,8 +60,9 @@ func readGoInfo(pid int) (*GoInfo, []string) {
 		return nil, nil // a kernel thread, or gone
 	}
 	defer f.Close()
-	bi, err := buildinfo.Read(f)
-	if err != nil {
+	gf := readGoFile(f)
+	bi := gf.bi
+	if bi == nil {
 		return nil, nil // not Go (or Go before 1.13, which had no build info)
 	}
 	g := &GoInfo{Version: bi.GoVersion, ModulePath: bi.Main.Path}
@@ -84,7 +86,7 @@ func readGoInfo(pid int) (*GoInfo, []string) {
 	} else {
 		g.Env = env
 	}
-	n, from, err := readGOMAXPROCS(pid, f)
+	n, from, err := readGOMAXPROCS(pid, f, gf)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("GOMAXPROCS of pid %d unknown: %v", pid, permissionHint(err)))
 	} else {
@@ -101,25 +103,91 @@ func permissionHint(err error) error {
 	return err
 }
 
+// goFile is what flint reads once per Go executable: its build
+// information and where runtime.gomaxprocs is. Finding the latter reads the
+// whole symbol table, too costly to repeat for every examination the agent
+// makes of a long-running process.
+type goFile struct {
+	bi    *buildinfo.BuildInfo // nil: not Go
+	addr  uint64               // of runtime.gomaxprocs, before any load bias
+	from  string               // how addr was found
+	err   error                // why addr is unknown
+	pie   bool
+	progs []elf.ProgHeader
+}
+
+// goFileKey identifies an executable's contents.
+type goFileKey struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+// maxGoFiles bounds the cache of goFiles; past it the cache starts over.
+const maxGoFiles = 256
+
+var goFiles = struct {
+	sync.Mutex
+	m map[goFileKey]*goFile
+}{m: map[goFileKey]*goFile{}}
+
+// readGoFile returns what the executable f says, from the cache when f's
+// contents were read before.
+func readGoFile(f *os.File) *goFile {
+	var key goFileKey
+	var st *syscall.Stat_t
+	fi, err := f.Stat()
+	if err == nil {
+		st, _ = fi.Sys().(*syscall.Stat_t)
+	}
+	if st != nil {
+		key = goFileKey{st.Dev, st.Ino, st.Size, st.Mtim.Nano()}
+		goFiles.Lock()
+		gf := goFiles.m[key]
+		goFiles.Unlock()
+		if gf != nil {
+			return gf
+		}
+	}
+	gf := &goFile{}
+	if gf.bi, err = buildinfo.Read(f); err != nil {
+		return gf
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		gf.err = fmt.Errorf("read ELF: %w", err)
+	} else {
+		gf.addr, gf.from, gf.err = gomaxprocsAddr(ef)
+		gf.pie = ef.Type == elf.ET_DYN
+		for _, p := range ef.Progs {
+			gf.progs = append(gf.progs, p.ProgHeader)
+		}
+	}
+	if key != (goFileKey{}) {
+		goFiles.Lock()
+		if len(goFiles.m) >= maxGoFiles {
+			clear(goFiles.m)
+		}
+		goFiles.m[key] = gf
+		goFiles.Unlock()
+	}
+	return gf
+}
+
 // readGOMAXPROCS reads runtime.gomaxprocs from pid's memory. Its address
 // comes from the symbol table, or, in a stripped binary, from the
 // instruction in runtime.GOMAXPROCS that loads it (amd64 only). PIE
 // binaries add their load bias from /proc/PID/maps.
-func readGOMAXPROCS(pid int, exe *os.File) (int, string, error) {
-	ef, err := elf.NewFile(exe)
-	if err != nil {
-		return 0, "", fmt.Errorf("read ELF: %w", err)
+func readGOMAXPROCS(pid int, exe *os.File, gf *goFile) (int, string, error) {
+	if gf.err != nil {
+		return 0, "", gf.err
 	}
-	addr, from, err := gomaxprocsAddr(ef)
-	if err != nil {
-		return 0, "", err
-	}
-	if ef.Type == elf.ET_DYN {
+	addr, from := gf.addr, gf.from
+	if gf.pie {
 		fi, err := exe.Stat()
 		if err != nil {
 			return 0, "", err
 		}
-		bias, err := loadBias(pid, ef, fi)
+		bias, err := loadBias(pid, gf.progs, fi)
 		if err != nil {
 			return 0, "", err
 		}
@@ -230,7 +298,7 @@ func writable(ef *elf.File, addr uint64) bool {
 // loadBias is how far pid's executable is loaded from the virtual addresses
 // its program headers give: the start of one of its mappings minus the
 // address of the segment mapped there.
-func loadBias(pid int, ef *elf.File, fi os.FileInfo) (uint64, error) {
+func loadBias(pid int, progs []elf.ProgHeader, fi os.FileInfo) (uint64, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, errors.New("no inode for the executable")
@@ -246,7 +314,7 @@ func loadBias(pid int, ef *elf.File, fi os.FileInfo) (uint64, error) {
 		if !ok || m.inode != st.Ino || m.major != unix.Major(st.Dev) || m.minor != unix.Minor(st.Dev) {
 			continue
 		}
-		for _, p := range ef.Progs {
+		for _, p := range progs {
 			if p.Type == elf.PT_LOAD && p.Off&^(page-1) == m.offset {
 				return m.start - p.Vaddr&^(page-1), nil
 			}

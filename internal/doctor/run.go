@@ -91,6 +91,10 @@ type ExamOptions struct {
 	// Symbolizer names the syscall tracer's stacks; nil means its own.
 	// A caller that names samples too (the agent) shares its tables.
 	Symbolizer *symbol.Symbolizer
+	// Tracer, when set, is a tracer of every process (StartTracer with no
+	// PID) that Begin restarts rather than loading one, and Close leaves
+	// loaded: a caller examining again and again keeps one.
+	Tracer *Tracer
 }
 
 // Examination measures over a span of time what the detectors need besides
@@ -112,6 +116,9 @@ func Begin(o ExamOptions) (*Examination, error) {
 	if o.EverySyscall && o.PID == 0 {
 		return nil, errors.New("tracing every syscall needs a PID: it slows every syscall on the node")
 	}
+	if o.Tracer != nil && (o.PID != 0 || o.EverySyscall) {
+		return nil, errors.New("a reused tracer traces the doctor syscalls of every process: PID and EverySyscall need their own")
+	}
 	if o.PID != 0 {
 		if _, err := proc.Read(o.PID); err != nil {
 			return nil, err
@@ -131,7 +138,11 @@ func Begin(o ExamOptions) (*Examination, error) {
 		}
 	}
 	e.probes = watchProbes(dir)
-	e.tracer, err = StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall, Symbolizer: o.Symbolizer})
+	if o.Tracer != nil {
+		e.tracer, err = o.Tracer, o.Tracer.Restart()
+	} else {
+		e.tracer, err = StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall, Symbolizer: o.Symbolizer})
+	}
 	if err != nil {
 		e.probes.finish()
 		return nil, err
@@ -144,11 +155,16 @@ func Begin(o ExamOptions) (*Examination, error) {
 	return e, nil
 }
 
-// Close stops tracing and releases the examination; safe to call twice.
+// Close stops tracing and releases the examination (a reused tracer stays
+// loaded); safe to call twice.
 func (e *Examination) Close() error {
 	if e.probes != nil {
 		e.probes.finish()
 		e.probes = nil
+	}
+	if e.o.Tracer != nil {
+		e.tracer.Stop()
+		return nil
 	}
 	return e.tracer.Close()
 }

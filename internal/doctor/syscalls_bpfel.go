@@ -104,6 +104,7 @@ const (
 	syscallsVarStackIntervalNs    = "stack_interval_ns"
 	syscallsVarStdioWritesOnly    = "stdio_writes_only"
 	syscallsVarTargetTgid         = "target_tgid"
+	syscallsVarTracedSince        = "traced_since"
 	syscallsVarTracing            = "tracing"
 	syscallsVarUnusedCallFlag     = "unused_call_flag"
 	syscallsVarUnusedCallKey      = "unused_call_key"
@@ -189,6 +190,7 @@ type syscallsVariableSpecs struct {
 	StackIntervalNs    *ebpf.VariableSpec `ebpf:"stack_interval_ns"`
 	StdioWritesOnly    *ebpf.VariableSpec `ebpf:"stdio_writes_only"`
 	TargetTgid         *ebpf.VariableSpec `ebpf:"target_tgid"`
+	TracedSince        *ebpf.VariableSpec `ebpf:"traced_since"`
 	Tracing            *ebpf.VariableSpec `ebpf:"tracing"`
 	UnusedCallFlag     *ebpf.VariableSpec `ebpf:"unused_call_flag"`
 	UnusedCallKey      *ebpf.VariableSpec `ebpf:"unused_call_key"`
@@ -256,6 +258,7 @@ type syscallsVariables struct {
 	StackIntervalNs    *ebpf.Variable `ebpf:"stack_interval_ns"`
 	StdioWritesOnly    *ebpf.Variable `ebpf:"stdio_writes_only"`
 	TargetTgid         *ebpf.Variable `ebpf:"target_tgid"`
+	TracedSince        *ebpf.Variable `ebpf:"traced_since"`
 	Tracing            *ebpf.Variable `ebpf:"tracing"`
 	UnusedCallFlag     *ebpf.Variable `ebpf:"unused_call_flag"`
 	UnusedCallKey      *ebpf.Variable `ebpf:"unused_call_key"`

@@ -161,3 +161,53 @@ func TestTable(t *testing.T) {
 		t.Errorf("stacks %+v: want b at 9/13", r.Stacks)
 	}
 }
+
+// TestTracerRestart reuses one tracer, as the agent does: after Restart it
+// counts only the calls made since, named anew.
+func TestTracerRestart(t *testing.T) {
+	requireRoot(t)
+	fx := buildFixtures(t)
+	tr, err := StartTracer(TracerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	polls := func(sc *Syscalls, pid int) (n uint64) {
+		for _, c := range sc.Calls {
+			if c.PID == pid && c.Syscall == "epoll_wait" {
+				n += c.Count
+			}
+		}
+		return n
+	}
+	first := startFixture(t, "", nil, fx["busypoll"], "0")
+	time.Sleep(300 * time.Millisecond)
+	sc, err := tr.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if polls(sc, first.pid) < 1000 {
+		t.Fatalf("first run: %d epoll_waits of the spinning fixture", polls(sc, first.pid))
+	}
+	first.cmd.Process.Kill()
+	first.cmd.Wait()
+
+	if err := tr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	second := startFixture(t, "", nil, fx["busypoll"], "0")
+	time.Sleep(300 * time.Millisecond)
+	sc, err = tr.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := polls(sc, first.pid); n > 0 {
+		t.Errorf("after Restart: %d calls of the first run's process", n)
+	}
+	if polls(sc, second.pid) < 1000 || sc.Comms[second.pid] != "busypoll" {
+		t.Errorf("second run: %d epoll_waits of the new fixture, named %q", polls(sc, second.pid), sc.Comms[second.pid])
+	}
+	if sc.Duration > 2*time.Second {
+		t.Errorf("second run lasted %s: it must count from Restart", sc.Duration)
+	}
+}

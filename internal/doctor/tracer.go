@@ -66,8 +66,11 @@ type Tracer struct {
 	traced  []string
 	skipped []string
 
-	ownSym *symbol.Symbolizer // closed with the tracer; nil when shared
-	coll   *collect.Collector
+	tracefs string
+	sym     *symbol.Symbolizer
+	ownSym  *symbol.Symbolizer // closed with the tracer; nil when shared
+	node    string
+	coll    *collect.Collector // replaced by Restart: guarded by mu
 
 	mu      sync.Mutex
 	known   map[int]bool   // processes snapshotted for naming
@@ -128,32 +131,101 @@ func StartTracer(o TracerOptions) (*Tracer, error) {
 	spec.Maps["stack_counts"].MaxEntries = uint32(o.MaxKeys)
 	spec.Maps["stacks"].MaxEntries = uint32(max(o.MaxKeys/4, 256))
 
-	t := &Tracer{opts: o, known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}, done: make(chan struct{})}
-	sym := o.Symbolizer
-	if sym == nil {
+	t := &Tracer{opts: o, sym: o.Symbolizer, known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}, done: make(chan struct{})}
+	if t.sym == nil {
 		t.ownSym = symbol.New()
-		sym = t.ownSym
+		t.sym = t.ownSym
 	}
-	node, _ := os.Hostname()
-	t.coll = collect.New(sym, node)
+	t.node, _ = os.Hostname()
+	t.coll = collect.New(t.sym, t.node)
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		if t.ownSym != nil {
 			t.ownSym.Close()
 		}
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
-	if err := t.attach(dir); err != nil {
+	t.tracefs = dir
+	if err := t.begin(); err != nil {
 		t.Close()
 		return nil, err
 	}
-	if err := t.objs.Tracing.Set(true); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("start tracing: %w", err)
-	}
-	t.start = time.Now()
 	t.wg.Add(1)
 	go t.learnLoop()
 	return t, nil
+}
+
+// begin attaches the programs and starts counting.
+func (t *Tracer) begin() error {
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return fmt.Errorf("read the clock: %w", err)
+	}
+	if err := t.objs.TracedSince.Set(uint64(now.Nano())); err != nil {
+		return fmt.Errorf("start tracing: %w", err)
+	}
+	t.traced, t.skipped = nil, nil
+	if err := t.attach(t.tracefs); err != nil {
+		return err
+	}
+	if err := t.objs.Tracing.Set(true); err != nil {
+		return fmt.Errorf("start tracing: %w", err)
+	}
+	t.start, t.stopped = time.Now(), time.Time{}
+	return nil
+}
+
+// Restart forgets what the tracer counted and traces again, from now: an
+// agent examining a window a minute keeps one tracer loaded rather than
+// loading it anew (which costs tens of milliseconds of CPU) each time.
+func (t *Tracer) Restart() error {
+	t.Stop()
+	for _, m := range []*ebpf.Map{t.objs.Calls, t.objs.StackCounts, t.objs.Stacks} {
+		if err := clearMap(m); err != nil {
+			return err
+		}
+	}
+	zeros := make([]uint64, ebpf.MustPossibleCPU())
+	for i := range uint32(syscallsSyscallTracerStatTRACER_STAT_MAX) {
+		if err := t.objs.Stats.Put(i, zeros); err != nil {
+			return fmt.Errorf("reset tracer stats: %w", err)
+		}
+	}
+	t.mu.Lock()
+	t.known, t.comms, t.threads = map[int]bool{}, map[int]string{}, map[int]string{}
+	t.coll = collect.New(t.sym, t.node)
+	t.mu.Unlock()
+	return t.begin()
+}
+
+func (t *Tracer) collector() *collect.Collector {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.coll
+}
+
+// clearMap deletes every entry of a hash map.
+func clearMap(m *ebpf.Map) error {
+	var keys [][]byte
+	key := make([]byte, m.KeySize())
+	var prev any // nil: from the first key
+	for {
+		next := make([]byte, m.KeySize())
+		if err := m.NextKey(prev, &next); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			return fmt.Errorf("clear %s: %w", m, err)
+		}
+		keys = append(keys, next)
+		copy(key, next)
+		prev = key
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clear %s: %w", m, err)
+		}
+	}
+	return nil
 }
 
 func (t *Tracer) attach(dir string) error {
@@ -223,7 +295,7 @@ func (t *Tracer) learnProcess(pid, tid int) {
 	t.known[pid] = true
 	t.mu.Unlock()
 	if !seen {
-		t.coll.NewProc(uint32(pid), 0)
+		t.collector().NewProc(uint32(pid), 0)
 		comm := readComm(fmt.Sprintf("%s/%d/comm", proc.Root, pid))
 		t.mu.Lock()
 		t.comms[pid] = comm
@@ -378,7 +450,7 @@ func (t *Tracer) readStacks(calls map[syscallsCallKey]*Call) error {
 // name names a user stack of pid with the collector, as flint record does.
 func (t *Tracer) name(pid, tid int, ips []uint64) []Frame {
 	s := sampler.Sample{PID: uint32(pid), TID: uint32(tid), User: ips, Count: 1}
-	p := t.coll.Profile([]sampler.Sample{s}, collect.Options{})
+	p := t.collector().Profile([]sampler.Sample{s}, collect.Options{})
 	if len(p.Samples) == 0 {
 		return nil
 	}
