@@ -250,20 +250,26 @@ func (a *Agent) flush(now time.Time) {
 
 func (a *Agent) period() time.Duration { return time.Second / time.Duration(a.o.Frequency) }
 
-// addSelfCost adds the run time of flint's BPF programs in this window as
-// samples of the agent's own process: that time is spent in interrupts,
-// where sampling cannot see it. The agent's user-space CPU is sampled like
-// any process's, under the same labels.
+// addSelfCost adds the run time of flint's BPF programs in this window (the
+// sampler's, and the doctor's syscall tracer's) as samples of the agent's
+// own process: that time is spent in interrupts and other processes'
+// syscalls, where sampling cannot see it. The agent's user-space CPU is
+// sampled like any process's, under the same labels.
 func (a *Agent) addSelfCost(p *profile.Profile) {
 	total, _, err := a.sampler.ProgramStats()
 	if err != nil {
 		return
 	}
-	delta := total - a.lastBPF
-	a.lastBPF = total
+	if a.tracer != nil {
+		if t, err := a.tracer.RunTime(); err == nil {
+			total += t
+		}
+	}
 	a.metrics.bpfRunTime.Store(int64(total))
-	if n := int64(delta / a.period()); n > 0 {
-		p.Samples = append(p.Samples, &profile.Sample{Count: n, Labels: a.self, Stack: []*profile.Location{bpfLocation}})
+	// Whole samples only; the remainder counts in the next window.
+	if n := (total - a.lastBPF) / a.period(); n > 0 {
+		a.lastBPF += n * a.period()
+		p.Samples = append(p.Samples, &profile.Sample{Count: int64(n), Labels: a.self, Stack: []*profile.Location{bpfLocation}})
 	}
 }
 

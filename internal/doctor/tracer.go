@@ -309,6 +309,20 @@ func (t *Tracer) learnProcess(pid, tid int) {
 	}
 }
 
+// RunTime is how long the tracer's programs have run, counted while kernel
+// BPF statistics are enabled (sampler.EnableStats).
+func (t *Tracer) RunTime() (time.Duration, error) {
+	var total time.Duration
+	for _, p := range []*ebpf.Program{t.objs.SysEnter, t.objs.SysExit} {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("read tracer program stats: %w", err)
+		}
+		total += st.Runtime
+	}
+	return total, nil
+}
+
 // Stop detaches the programs: tracing ends, counts stay readable.
 // Safe to call twice.
 func (t *Tracer) Stop() {
