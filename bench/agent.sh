@@ -9,7 +9,9 @@
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
 # enabled by the agent itself), its peak RSS (VmHWM), and the store's bytes
 # per sample. Start-up: the agent's CPU from exec until /metrics first
-# reports a sample. Results go to bench/results/agent-<date>/.
+# reports a sample. Then the store benchmarks replay the agent's windows
+# into 24 hours (8640 windows) and time 1 h and 24 h flame graph queries
+# over them. Results go to bench/results/agent-<date>/.
 set -euo pipefail
 
 STEADY=${STEADY:-300}
@@ -80,4 +82,10 @@ BEGIN {
 	printf "| start-up to first sample, CPU | %.3f s |\n", st
 	printf "| store bytes per sample (%d samples) | %.2f |\n", smp, bytes / (smp > 0 ? smp : 1)
 }' | tee "$out/summary.md"
+
+say "store: the agent's windows repeated over 24 h, 1 h and 24 h queries"
+FLINT_BENCH_AGENT_STORE=$data go test -run '^$' -bench 'Profile1h|Profile24h' -benchtime 3x -v ./internal/store/ \
+	> "$out/store.txt" 2>&1 || die "store benchmarks failed: see $out/store.txt"
+grep -m1 '24 h dataset' "$out/store.txt" | sed 's/^ *bench_test.go:[0-9]*: //' | tee -a "$out/summary.md"
+grep '^Benchmark' "$out/store.txt" | tee -a "$out/summary.md"
 rm -rf "$data"

@@ -96,8 +96,8 @@ func (c *Collector) entry(k procKey) *proc.Process {
 
 // alive reports whether the process p still runs under its PID.
 func alive(pid int, p *proc.Process) bool {
-	fresh, err := proc.Read(pid)
-	return err == nil && p != nil && fresh.StartTime == p.StartTime
+	start, err := proc.StartTime(pid)
+	return err == nil && p != nil && start == p.StartTime
 }
 
 // Filter decides from a sample's labels whether a profile keeps it; nil

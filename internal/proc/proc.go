@@ -78,15 +78,9 @@ var Root = "/proc"
 func Read(pid int) (*Process, error) {
 	dir := fmt.Sprintf("%s/%d", Root, pid)
 	p := &Process{PID: pid, NSPID: pid}
-	stat, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscallESRCH) {
-			return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
-		}
-		return nil, fmt.Errorf("read pid %d: %w", pid, err)
-	}
-	if p.Comm, p.StartTime, err = parseStat(stat); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	var err error
+	if p.Comm, p.StartTime, err = readStat(pid); err != nil {
+		return nil, err
 	}
 	maps, err := os.ReadFile(dir + "/maps")
 	if err != nil {
@@ -105,6 +99,27 @@ func Read(pid int) (*Process, error) {
 		p.Container, p.Pod = ParseContainer(string(cg))
 	}
 	return p, nil
+}
+
+// StartTime returns the start time of pid (clock ticks after boot): with
+// the PID it names one process, whatever reuses the PID later.
+func StartTime(pid int) (uint64, error) {
+	_, start, err := readStat(pid)
+	return start, err
+}
+
+func readStat(pid int) (comm string, start uint64, err error) {
+	stat, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", Root, pid))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscallESRCH) {
+			return "", 0, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		}
+		return "", 0, fmt.Errorf("read pid %d: %w", pid, err)
+	}
+	if comm, start, err = parseStat(stat); err != nil {
+		return "", 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return comm, start, nil
 }
 
 // parseStat reads comm and start time from /proc/PID/stat. comm is in

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -85,7 +86,9 @@ func BenchmarkWriteCold(b *testing.B) {
 }
 
 // The 24 h dataset: 8640 windows of the workload, generated once per test
-// binary run into a temporary directory that TestMain removes.
+// binary run into a temporary directory that TestMain removes. With
+// FLINT_BENCH_AGENT_STORE set to a stopped agent's data directory (as
+// bench/agent.sh does), the windows are that agent's, repeated in order.
 var dataset struct {
 	once    sync.Once
 	dir     string
@@ -125,8 +128,23 @@ func dataset24h(b *testing.B) string {
 		}
 		wl := newWorkload(t0)
 		ctx := context.Background()
+		var recorded []*profile.Profile
+		if dir := os.Getenv("FLINT_BENCH_AGENT_STORE"); dir != "" {
+			if recorded, err = agentWindows(dir); err != nil {
+				dataset.err = err
+				s.Close()
+				return
+			}
+		}
 		for i := range datasetWindows {
-			p := agentLike(wl.window(i))
+			var p *profile.Profile
+			if recorded != nil {
+				w := *recorded[i%len(recorded)]
+				w.Start = t0.Add(time.Duration(i) * w.Duration)
+				p = &w
+			} else {
+				p = agentLike(wl.window(i))
+			}
 			for _, smp := range p.Samples {
 				dataset.samples += smp.Count
 			}
@@ -156,10 +174,52 @@ func dataset24h(b *testing.B) string {
 	if dataset.err != nil {
 		b.Fatal(dataset.err)
 	}
-	b.Logf("24 h dataset: %d windows, %d samples, %d (labels, stack) pairs, %d bytes (%.2f B/sample, %.1f B/pair), generated in %s",
-		datasetWindows, dataset.samples, dataset.pairs, dataset.bytes,
+	source := "synthetic workload"
+	if dir := os.Getenv("FLINT_BENCH_AGENT_STORE"); dir != "" {
+		source = "the windows of the agent in " + dir
+	}
+	b.Logf("24 h dataset from %s: %d windows, %d samples, %d (labels, stack) pairs, %d bytes (%.2f B/sample, %.1f B/pair), generated in %s",
+		source, datasetWindows, dataset.samples, dataset.pairs, dataset.bytes,
 		float64(dataset.bytes)/float64(dataset.samples), float64(dataset.bytes)/float64(dataset.pairs), dataset.gen.Round(time.Second))
 	return dataset.dir
+}
+
+// agentWindows reads every window of the store in dir, oldest first.
+func agentWindows(dir string) ([]*profile.Profile, error) {
+	s, err := Open(dir, testOptions())
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	rows, err := s.rdb.Query(`SELECT start, duration, period FROM windows ORDER BY start`)
+	if err != nil {
+		return nil, err
+	}
+	type window struct{ start, duration, period int64 }
+	var ws []window
+	for rows.Next() {
+		var w window
+		if err := rows.Scan(&w.start, &w.duration, &w.period); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	rows.Close()
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("no windows in %s", dir)
+	}
+	var out []*profile.Profile
+	for _, w := range ws {
+		start := time.Unix(0, w.start)
+		p, err := s.Profile(context.Background(), Query{From: start, To: start.Add(time.Nanosecond)})
+		if err != nil {
+			return nil, err
+		}
+		p.Start, p.Duration, p.Period = start, time.Duration(w.duration), time.Duration(w.period)
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func benchmarkProfile(b *testing.B, span time.Duration) {
