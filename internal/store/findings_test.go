@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,22 +90,8 @@ func TestFindingsRetention(t *testing.T) {
 // TestMigrateFromVersion1 opens a store written by the flint before
 // findings: its windows stay, and findings can be written.
 func TestMigrateFromVersion1(t *testing.T) {
-	dir := t.TempDir()
+	dir := storeEditedBy(t, `DROP TABLE findings`, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`)
 	s := openTest(t, dir, testOptions())
-	write(t, s, newWorkload(t0).window(0))
-	s.Close()
-	db, err := sql.Open("sqlite", filepath.Join(dir, DBFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`DROP TABLE findings`, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
-
-	s = openTest(t, dir, testOptions())
 	if n := count(t, s, "windows"); n != 1 {
 		t.Errorf("%d windows after migration, want 1", n)
 	}

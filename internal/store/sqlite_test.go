@@ -420,7 +420,10 @@ func TestLocked(t *testing.T) {
 	s2.Close()
 }
 
-func TestSchemaVersion(t *testing.T) {
+// storeEditedBy writes one window to a new store, closes it, runs queries
+// on its database behind the store's back, and returns its directory.
+func storeEditedBy(t *testing.T, queries ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	s := openTest(t, dir, testOptions())
 	write(t, s, newWorkload(t0).window(0))
@@ -429,11 +432,18 @@ func TestSchemaVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE meta SET value = '99' WHERE key = 'schema_version'`); err != nil {
-		t.Fatal(err)
+	defer db.Close()
+	for _, q := range queries {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
-	db.Close()
-	_, err = Open(dir, testOptions())
+	return dir
+}
+
+func TestSchemaVersion(t *testing.T) {
+	dir := storeEditedBy(t, `UPDATE meta SET value = '99' WHERE key = 'schema_version'`)
+	_, err := Open(dir, testOptions())
 	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "99") {
 		t.Fatalf("got %v, want ErrNewerSchema naming version 99", err)
 	}
@@ -443,7 +453,7 @@ func TestSchemaVersion(t *testing.T) {
 	}
 
 	other := t.TempDir()
-	db, err = sql.Open("sqlite", filepath.Join(other, DBFile))
+	db, err := sql.Open("sqlite", filepath.Join(other, DBFile))
 	if err != nil {
 		t.Fatal(err)
 	}
