@@ -241,7 +241,7 @@ func (a *Agent) flush(now time.Time) {
 		a.o.Logf("writing windows again after %d dropped", a.metrics.windowsDropped.Load())
 	}
 	a.coll.Forget(a.round)
-	a.sym.Trim()
+	a.sym.Trim(a.coll.Maps)
 	if err := a.sampler.Trim(); err != nil {
 		a.o.Logf("%v", err)
 	}

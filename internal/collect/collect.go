@@ -23,6 +23,7 @@ type Collector struct {
 
 	mu    sync.Mutex
 	procs map[procKey]*procEntry
+	files map[proc.FileKey]int // mappings of known processes per file
 }
 
 type procEntry struct {
@@ -36,7 +37,7 @@ type procKey struct{ pid, generation uint32 }
 
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
-	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}}
+	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]int{}}
 }
 
 // NewProc snapshots a process the sampler just saw for the first time; it
@@ -49,7 +50,28 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	c.sym.Learn(p)
 	c.mu.Lock()
 	c.procs[procKey{pid, generation}] = &procEntry{p: p}
+	c.countFiles(p.Mappings, 1)
 	c.mu.Unlock()
+}
+
+// countFiles adds delta to the mappings counted per file. Callers hold mu.
+func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
+	for i := range mappings {
+		if m := &mappings[i]; m.Inode != 0 {
+			k := m.Key()
+			if c.files[k] += delta; c.files[k] <= 0 {
+				delete(c.files, k)
+			}
+		}
+	}
+}
+
+// Maps reports whether a known process maps the file; it tells
+// symbol.Symbolizer.Trim which binaries are still in use.
+func (c *Collector) Maps(k proc.FileKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.files[k] > 0
 }
 
 // Processes returns how many process images are known.
@@ -80,7 +102,10 @@ func (c *Collector) Forget(round uint64) {
 			continue
 		}
 		c.mu.Lock()
-		delete(c.procs, k)
+		if e := c.procs[k]; e != nil {
+			c.countFiles(e.p.Mappings, -1)
+			delete(c.procs, k)
+		}
 		c.mu.Unlock()
 	}
 }
@@ -296,7 +321,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		if fresh, err := proc.Read(int(k.pid)); err == nil && fresh.StartTime == p.StartTime {
 			b.c.sym.Learn(fresh)
 			b.c.mu.Lock()
+			b.c.countFiles(p.Mappings, -1)
 			p.Mappings = fresh.Mappings
+			b.c.countFiles(p.Mappings, 1)
 			b.c.mu.Unlock()
 			frames, m = b.c.sym.User(p, addr, isReturn)
 		}

@@ -215,17 +215,20 @@ const maxNames = 1 << 20
 
 // Trim releases the files no address was named in for the last rounds, so
 // a long-running caller does not keep every binary it ever saw (on a build
-// machine, a new one every few seconds). A file still mapped by a live
-// process is opened again when next needed. The agent calls it once a
-// window.
-func (s *Symbolizer) Trim() {
-	const keepRounds = 3
+// machine, a new one every few seconds). A file that mapped reports a live
+// process still maps is kept longer: a process that runs now and then (the
+// agent itself, a daemon) would otherwise have its binary parsed anew each
+// time. A released file is opened again when next needed. The agent calls
+// it once a window; mapped may be nil.
+func (s *Symbolizer) Trim(mapped func(proc.FileKey) bool) {
+	const keepRounds, keepMappedRounds = 3, 30
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.round++
 	dropped := map[proc.FileKey]bool{}
 	for k, f := range s.files {
-		if f.used+keepRounds > s.round {
+		if f.used+keepRounds > s.round ||
+			f.used+keepMappedRounds > s.round && mapped != nil && mapped(k) {
 			continue
 		}
 		if f.handle != nil {

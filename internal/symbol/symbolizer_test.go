@@ -39,17 +39,32 @@ func TestSymbolizerNamesOwnProcess(t *testing.T) {
 
 	// Named from the cache every round, the binary stays.
 	for range 5 {
-		s.Trim()
+		s.Trim(nil)
 		s.User(p, pc, false)
 	}
 	if len(s.files) == 0 || s.Stats().BinariesParsed != 1 {
 		t.Fatalf("a binary named every round was released: %d files, %d parsed", len(s.files), s.Stats().BinariesParsed)
 	}
 
-	// Unused for three rounds, the binary is released; naming it again
-	// opens it anew and gives the same frames.
+	// Unused, it stays while this process maps it, up to 30 rounds.
+	k := m.Key()
+	mapped := func(f proc.FileKey) bool { return f == k }
+	for range 29 {
+		s.Trim(mapped)
+	}
+	if s.files[k] == nil {
+		t.Fatal("a binary a live process maps was released before 30 rounds")
+	}
+	s.Trim(mapped)
+	if len(s.files) != 0 {
+		t.Fatalf("after 30 rounds unused: %d files kept", len(s.files))
+	}
+
+	// Unused for three rounds and mapped by no process, the binary is
+	// released; naming it again opens it anew and gives the same frames.
+	s.User(p, pc, false)
 	for range 3 {
-		s.Trim()
+		s.Trim(nil)
 	}
 	if len(s.files) != 0 || len(s.names) != 0 {
 		t.Fatalf("after Trim: %d files, %d names kept", len(s.files), len(s.names))
@@ -58,8 +73,8 @@ func TestSymbolizerNamesOwnProcess(t *testing.T) {
 	if !reflect.DeepEqual(again, frames) {
 		t.Errorf("after Trim: %+v, want %+v", again, frames)
 	}
-	if st := s.Stats(); st.BinariesParsed != 2 {
-		t.Errorf("%d binaries parsed, want 2 (before and after Trim)", st.BinariesParsed)
+	if st := s.Stats(); st.BinariesParsed != 3 {
+		t.Errorf("%d binaries parsed, want 3 (at first, after each release)", st.BinariesParsed)
 	}
 }
 
