@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
@@ -149,7 +150,9 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 		locs:      map[locKey]*profile.Location{},
 		mappings:  map[*proc.Mapping]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
-		merged:    map[string]*profile.Sample{},
+		stacks:    map[stackKey]namedStack{},
+		stackIDs:  map[string]int{},
+		merged:    map[mergeKey]*profile.Sample{},
 		refreshed: map[procKey]bool{},
 		ids:       map[*profile.Location]int{},
 		labelSets: map[labelSetKey]map[string]string{},
@@ -160,9 +163,15 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 		if o.Keep != nil && !o.Keep(labels) {
 			continue
 		}
-		if s := b.sample(&samples[i], labels); b.merge(s) {
-			p.Samples = append(p.Samples, s)
+		stack := b.stack(&samples[i])
+		k := mergeKey{labels: reflect.ValueOf(labels).UnsafePointer(), stack: stack.id}
+		if prev := b.merged[k]; prev != nil {
+			prev.Count += int64(samples[i].Count)
+			continue
 		}
+		s := &profile.Sample{Count: int64(samples[i].Count), Labels: labels, Stack: stack.locs}
+		b.merged[k] = s
+		p.Samples = append(p.Samples, s)
 	}
 	return p
 }
@@ -174,7 +183,9 @@ type builder struct {
 	locs      map[locKey]*profile.Location
 	mappings  map[*proc.Mapping]*profile.Mapping
 	kernMaps  map[string]*profile.Mapping
-	merged    map[string]*profile.Sample
+	stacks    map[stackKey]namedStack
+	stackIDs  map[string]int // a stack's location numbers -> its id
+	merged    map[mergeKey]*profile.Sample
 	refreshed map[procKey]bool
 	ids       map[*profile.Location]int
 	labelSets map[labelSetKey]map[string]string
@@ -264,20 +275,65 @@ func (b *builder) exeBuildID(p *proc.Process) string {
 	return ""
 }
 
-func (b *builder) sample(s *sampler.Sample, labels map[string]string) *profile.Sample {
-	k := procKey{s.PID, s.Generation}
-	p := b.process(k)
-	out := &profile.Sample{Count: int64(s.Count), Labels: labels}
+// stackKey identifies a sample's stacks by the sampler's slices: it hands
+// out one slice per distinct stack, so a window's repeats of a stack are
+// named once.
+type stackKey struct {
+	proc           procKey
+	user, kernel   *uint64
+	nUser, nKernel int
+	lost           bool
+}
+
+// namedStack is a named stack and its id, equal for equal stacks.
+type namedStack struct {
+	locs []*profile.Location
+	id   int
+}
+
+// mergeKey identifies samples to merge: label sets are made once per
+// distinct set (labelsOf), so the map's identity stands for its contents.
+type mergeKey struct {
+	labels unsafe.Pointer
+	stack  int
+}
+
+// stack names a sample's stacks, leaf first: kernel frames, then user.
+func (b *builder) stack(s *sampler.Sample) namedStack {
+	k := stackKey{
+		proc: procKey{s.PID, s.Generation},
+		user: unsafe.SliceData(s.User), nUser: len(s.User),
+		kernel: unsafe.SliceData(s.Kernel), nKernel: len(s.Kernel),
+		lost: s.StackLost,
+	}
+	if st, ok := b.stacks[k]; ok {
+		return st
+	}
+	p := b.process(k.proc)
+	locs := make([]*profile.Location, 0, len(s.Kernel)+len(s.User)+1)
 	for i, addr := range s.Kernel {
-		out.Stack = append(out.Stack, b.kernel(addr, i > 0))
+		locs = append(locs, b.kernel(addr, i > 0))
 	}
 	for i, addr := range s.User {
-		out.Stack = append(out.Stack, b.user(k, p, addr, i > 0))
+		locs = append(locs, b.user(k.proc, p, addr, i > 0))
 	}
 	if s.StackLost {
-		out.Stack = append(out.Stack, lostStack)
+		locs = append(locs, lostStack)
 	}
-	return out
+	// Equal stacks in distinct slices get one id from their locations.
+	b.key.Reset()
+	for _, l := range locs {
+		b.key.WriteString(strconv.Itoa(b.id(l)))
+		b.key.WriteByte(',')
+	}
+	id, ok := b.stackIDs[b.key.String()]
+	if !ok {
+		id = len(b.stackIDs)
+		b.stackIDs[b.key.String()] = id
+	}
+	st := namedStack{locs: locs, id: id}
+	b.stacks[k] = st
+	return st
 }
 
 // lostStack stands for frames the kernel could not keep (stack map full):
@@ -339,26 +395,6 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	}
 	b.locs[lk] = l
 	return l
-}
-
-// merge folds s into an earlier sample with the same labels and stack,
-// reporting whether s is new.
-func (b *builder) merge(s *profile.Sample) bool {
-	b.key.Reset()
-	// Label sets come from labelsOf, one map per distinct set, so the map's
-	// identity stands for its contents.
-	b.key.WriteString(strconv.FormatUint(uint64(reflect.ValueOf(s.Labels).Pointer()), 16))
-	b.key.WriteByte(';')
-	for _, l := range s.Stack {
-		b.key.WriteString(strconv.Itoa(b.id(l)))
-		b.key.WriteByte(',')
-	}
-	if prev := b.merged[b.key.String()]; prev != nil {
-		prev.Count += s.Count
-		return false
-	}
-	b.merged[b.key.String()] = s
-	return true
 }
 
 // id numbers locations so a stack has a compact merge key.

@@ -3,9 +3,12 @@ package collect
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
@@ -51,5 +54,42 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	}
 	if !c.Maps(exeKey(t, os.Getpid())) {
 		t.Error("the executable of a live process is no longer reported mapped")
+	}
+}
+
+// TestProfileMergesEqualStacks checks that samples of one thread with equal
+// stacks become one profile sample, whether the sampler handed out one
+// slice for them or two, and that equal stacks share their locations.
+func TestProfileMergesEqualStacks(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	pid := uint32(os.Getpid())
+	c.NewProc(pid, 1)
+	pc, _, _, _ := runtime.Caller(0)
+	stack := []uint64{uint64(pc)}
+	same := []uint64{uint64(pc)}
+	other := []uint64{uint64(pc), uint64(pc) + 4} // leaf first
+	thread := func(user []uint64, count uint64) sampler.Sample {
+		return sampler.Sample{PID: pid, TID: pid, Generation: 1, Comm: "test", Thread: "test", User: user, Count: count}
+	}
+	p := c.Profile([]sampler.Sample{thread(stack, 1), thread(other, 5), thread(stack, 2), thread(same, 4)}, Options{})
+	if len(p.Samples) != 2 {
+		t.Fatalf("%d samples, want 2: %v", len(p.Samples), p.Samples)
+	}
+	counts := map[int]int64{}
+	for _, s := range p.Samples {
+		counts[len(s.Stack)] += s.Count
+	}
+	if counts[1] != 7 || counts[2] != 5 {
+		t.Errorf("counts by stack depth %v, want 7 for the one-frame stack and 5 for the other", counts)
+	}
+	var leaf *profile.Location
+	for _, s := range p.Samples {
+		if leaf == nil {
+			leaf = s.Stack[0]
+		} else if s.Stack[0] != leaf {
+			t.Error("one address has two locations in one profile")
+		}
 	}
 }

@@ -77,7 +77,8 @@ type Options struct {
 }
 
 // Sample is one distinct (process image, thread, stacks) and how often it
-// was seen.
+// was seen. Samples with equal stacks share the stack's slice (until Trim
+// forgets the stack), so its identity can key caches; do not modify it.
 type Sample struct {
 	PID, TID   uint32
 	Generation uint32
