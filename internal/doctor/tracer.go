@@ -76,8 +76,10 @@ type Tracer struct {
 	known   map[int]bool   // processes snapshotted for naming
 	comms   map[int]string // their names
 	threads map[int]string
-	done    chan struct{}
-	wg      sync.WaitGroup
+
+	// learning ends the learn loop of the current run; nil when stopped.
+	learning chan struct{}
+	learner  sync.WaitGroup
 }
 
 // StartTracer mounts tracefs if needed, loads the tracer and attaches it.
@@ -131,7 +133,7 @@ func StartTracer(o TracerOptions) (*Tracer, error) {
 	spec.Maps["stack_counts"].MaxEntries = uint32(o.MaxKeys)
 	spec.Maps["stacks"].MaxEntries = uint32(max(o.MaxKeys/4, 256))
 
-	t := &Tracer{opts: o, sym: o.Symbolizer, known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}, done: make(chan struct{})}
+	t := &Tracer{opts: o, sym: o.Symbolizer, known: map[int]bool{}, comms: map[int]string{}, threads: map[int]string{}}
 	if t.sym == nil {
 		t.ownSym = symbol.New()
 		t.sym = t.ownSym
@@ -149,8 +151,6 @@ func StartTracer(o TracerOptions) (*Tracer, error) {
 		t.Close()
 		return nil, err
 	}
-	t.wg.Add(1)
-	go t.learnLoop()
 	return t, nil
 }
 
@@ -171,6 +171,9 @@ func (t *Tracer) begin() error {
 		return fmt.Errorf("start tracing: %w", err)
 	}
 	t.start, t.stopped = time.Now(), time.Time{}
+	t.learning = make(chan struct{})
+	t.learner.Add(1)
+	go t.learnLoop(t.learning)
 	return nil
 }
 
@@ -263,15 +266,16 @@ func (t *Tracer) attach(dir string) error {
 	return nil
 }
 
-// learnLoop snapshots each process that made a traced call, once a second,
-// so that its stacks can be named even if it exits before the end.
-func (t *Tracer) learnLoop() {
-	defer t.wg.Done()
+// learnLoop snapshots each process that made a traced call, once a second
+// while tracing, so that its stacks can be named even if it exits before
+// the end.
+func (t *Tracer) learnLoop(done <-chan struct{}) {
+	defer t.learner.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case <-t.done:
+		case <-done:
 			return
 		case <-tick.C:
 			t.learn()
@@ -326,6 +330,11 @@ func (t *Tracer) RunTime() (time.Duration, error) {
 // Stop detaches the programs: tracing ends, counts stay readable.
 // Safe to call twice.
 func (t *Tracer) Stop() {
+	if t.learning != nil {
+		close(t.learning)
+		t.learner.Wait()
+		t.learning = nil
+	}
 	if t.stopped.IsZero() && !t.start.IsZero() {
 		t.objs.Tracing.Set(false)
 		t.stopped = time.Now()
@@ -339,12 +348,6 @@ func (t *Tracer) Stop() {
 // Close stops tracing and releases everything; safe to call twice.
 func (t *Tracer) Close() error {
 	t.Stop()
-	select {
-	case <-t.done:
-	default:
-		close(t.done)
-	}
-	t.wg.Wait()
 	if t.ownSym != nil {
 		t.ownSym.Close()
 		t.ownSym = nil
