@@ -145,6 +145,28 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	}
 }
 
+// TestAgentLiveProfile asks the agent for a live pprof profile of the
+// fixture while its windows are long: the profile holds the known split,
+// and only the samples of the requested seconds, not those the agent had
+// not yet drained from the kernel when the request came.
+func TestAgentLiveProfile(t *testing.T) {
+	requireRoot(t)
+	flint, spin := build(t)
+	a := startAgent(t, flint, t.TempDir(), "--window", "1m", "--frequency", "499")
+	pid := startSpin(t, spin)
+	time.Sleep(3 * time.Second) // samples the profile must not hold
+	data := a.get(t, "/debug/pprof/profile", url.Values{"seconds": {"2"}, "pid": {strconv.Itoa(pid)}})
+	checkPprofSplit(t, data, []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
+	p, err := pprofile.ParseData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture has one thread: 2 s of it are at most 998 samples.
+	if n := totalSamples(p); n > 2*499*11/10 {
+		t.Errorf("%d samples in a 2 s profile of one thread at 499 Hz: it holds samples from before the request", n)
+	}
+}
+
 func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) {
 	t.Helper()
 	p, err := pprofile.ParseData(data)

@@ -69,9 +69,15 @@ func DefaultOptions() Options {
 	}
 }
 
-// drainInterval is how often samples leave the kernel: the ring buffer holds
-// a few seconds, and live profiles need fresh samples.
-const drainInterval = time.Second
+// The agent wakes every checkInterval but drains the samples from the
+// kernel only when a window ends, when the ring buffer is drainBacklog
+// full, and when a live profile starts or ends: the ring holds seconds of
+// samples, and draining every second cost 17% more of the agent's CPU
+// (docs/BENCHMARKS.md).
+const (
+	checkInterval = time.Second
+	drainBacklog  = 0.5
+)
 
 // Agent is a running agent.
 type Agent struct {
@@ -92,8 +98,10 @@ type Agent struct {
 	lastExam    time.Time
 	tracer      *doctor.Tracer // loaded at the first examination, kept
 
-	liveMu sync.Mutex
-	live   []*liveRequest
+	liveMu   sync.Mutex
+	live     []*liveRequest
+	liveNew  chan *liveRequest // to the run loop, which starts them
+	loopDone chan struct{}     // closed when the run loop returns
 }
 
 // Run runs the agent until ctx ends, then writes the current window and
@@ -109,6 +117,13 @@ func Run(ctx context.Context, o Options) error {
 	// windows; a lower GC target keeps its resident memory close to it at
 	// the price of more frequent (small) collections.
 	debug.SetGCPercent(50)
+	// Its work is one loop and the odd query: two Ps serve it. A fixed
+	// count also keeps its garbage collector from starting a worker per
+	// CPU on a large node, and stops the runtime re-reading the cgroup's
+	// CPU limit every second. GOMAXPROCS in the environment still wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(min(runtime.NumCPU(), 2))
+	}
 	if o.Listen != "" {
 		if err := server.CheckListen(o.Listen, o.Token); err != nil {
 			return err
@@ -125,7 +140,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer st.Close()
 
-	a := &Agent{o: o, store: st, sym: symbol.New()}
+	a := &Agent{o: o, store: st, sym: symbol.New(), liveNew: make(chan *liveRequest), loopDone: make(chan struct{})}
 	defer a.sym.Close()
 	a.coll = collect.New(a.sym, o.Node)
 	stats, err := sampler.EnableStats()
@@ -179,11 +194,26 @@ func stacksPerWindow(freq int, window time.Duration) int {
 }
 
 func (a *Agent) loop(ctx context.Context) {
-	tick := time.NewTicker(drainInterval)
+	defer close(a.loopDone)
+	tick := time.NewTicker(checkInterval)
 	defer tick.Stop()
+	liveEnds := time.NewTimer(time.Hour) // armed while live profiles run
+	liveEnds.Stop()
 	a.windowStart = time.Now()
 	for {
 		select {
+		case r := <-a.liveNew:
+			// Samples taken so far belong to earlier requests only.
+			now := time.Now()
+			a.drain(now)
+			r.start, r.until = now, now.Add(r.duration)
+			a.liveMu.Lock()
+			a.live = append(a.live, r)
+			a.liveMu.Unlock()
+			a.armLiveEnds(liveEnds, now)
+		case now := <-liveEnds.C:
+			a.drain(now)
+			a.armLiveEnds(liveEnds, now)
 		case <-ctx.Done():
 			a.drain(time.Now())
 			a.flush(time.Now())
@@ -196,8 +226,11 @@ func (a *Agent) loop(ctx context.Context) {
 			a.endLive()
 			return
 		case now := <-tick.C:
-			a.drain(now)
-			if now.Sub(a.windowStart) >= a.o.Window {
+			windowDue := now.Sub(a.windowStart) >= a.o.Window
+			if windowDue || a.sampler.Backlog() >= drainBacklog {
+				a.drain(now)
+			}
+			if windowDue {
 				a.flush(now)
 			}
 		}
@@ -295,21 +328,25 @@ func (a *Agent) ownLabels() map[string]string {
 
 // liveRequest is a /debug/pprof/profile in progress.
 type liveRequest struct {
-	keep    selector.Selector
-	until   time.Time
-	start   time.Time
-	samples []sampler.Sample
-	done    chan *profile.Profile
+	keep     selector.Selector
+	duration time.Duration
+	start    time.Time // set by the run loop
+	until    time.Time
+	samples  []sampler.Sample
+	done     chan *profile.Profile
 }
 
 // Profile samples for d and returns the profile of the processes sel
 // matches; it implements server.LiveProfiler.
 func (a *Agent) Profile(ctx context.Context, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
-	now := time.Now()
-	r := &liveRequest{keep: sel, start: now, until: now.Add(d), done: make(chan *profile.Profile, 1)}
-	a.liveMu.Lock()
-	a.live = append(a.live, r)
-	a.liveMu.Unlock()
+	r := &liveRequest{keep: sel, duration: d, done: make(chan *profile.Profile, 1)}
+	select {
+	case a.liveNew <- r:
+	case <-a.loopDone:
+		return nil, errors.New("agent is stopping")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	select {
 	case p := <-r.done:
 		if p == nil {
@@ -327,6 +364,23 @@ func (a *Agent) Profile(ctx context.Context, d time.Duration, sel selector.Selec
 		a.liveMu.Unlock()
 		return nil, ctx.Err()
 	}
+}
+
+// armLiveEnds sets t to fire when the first live profile in progress ends.
+func (a *Agent) armLiveEnds(t *time.Timer, now time.Time) {
+	a.liveMu.Lock()
+	defer a.liveMu.Unlock()
+	if len(a.live) == 0 {
+		t.Stop()
+		return
+	}
+	first := a.live[0].until
+	for _, r := range a.live[1:] {
+		if r.until.Before(first) {
+			first = r.until
+		}
+	}
+	t.Reset(first.Sub(now))
 }
 
 func (a *Agent) feedLive(batch []sampler.Sample, now time.Time) {

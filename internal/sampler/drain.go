@@ -17,8 +17,9 @@ import (
 const drainBatch = 1024
 
 // Drain returns the samples taken since the last Drain, aggregated by
-// process image, thread and stacks. Call it at least every second in
-// ring buffer mode so the ring does not overflow.
+// process image, thread and stacks. In ring buffer mode, call it before
+// Backlog passes one half: checked every second, the ring then has room
+// for 2 s more at ~512 bytes a sample.
 func (s *Sampler) Drain() ([]Sample, error) {
 	if s.opts.Transfer == RingBuffer {
 		return s.drainRing()
@@ -126,7 +127,10 @@ type ringKey struct {
 }
 
 func (s *Sampler) drainRing() ([]Sample, error) {
-	counts := map[ringKey]uint64{}
+	// One map for every drain: cleared, it keeps its buckets, and a
+	// steady workload drains about the same keys each second.
+	counts := s.ringCounts
+	defer clear(counts)
 	s.samples.SetDeadline(time.Now()) // read what is there, do not wait
 	var rec ringbuf.Record
 	var ev profileSampleEvent

@@ -118,6 +118,8 @@ type Sampler struct {
 	// stack crosses once; Trim bounds it.
 	stacks map[uint64]*cachedStack
 	round  uint64
+
+	ringCounts map[ringKey]uint64 // drainRing's scratch
 }
 
 // Start loads the BPF program and starts sampling on every online CPU.
@@ -158,7 +160,7 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
 	}
-	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}}
+	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
@@ -169,7 +171,7 @@ func Start(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-// ringSize holds 4 s of samples (callers drain every second) from every CPU
+// ringSize holds 4 s of samples (callers drain it half full) from every CPU
 // at ~512 bytes a sample, within [256 KiB, 64 MiB] (a power of two). Pages of
 // the ring count in flint's RSS once written, so it is no larger.
 func ringSize(freq, cpus int) uint32 {
@@ -289,6 +291,16 @@ func (s *Sampler) Close() error {
 	s.wg.Wait()
 	s.procs, s.samples = nil, nil
 	return s.objs.Close()
+}
+
+// Backlog is how full the sample ring buffer is, from 0 to 1, read from
+// its shared pages without a system call; 0 in aggregate mode, whose maps
+// are sized for a whole window.
+func (s *Sampler) Backlog() float64 {
+	if s.samples == nil {
+		return 0
+	}
+	return float64(s.samples.AvailableBytes()) / float64(s.samples.BufferSize())
 }
 
 // Stats reads the BPF program's counters.
