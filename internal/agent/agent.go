@@ -72,7 +72,7 @@ func DefaultOptions() Options {
 // The agent wakes every checkInterval but drains the samples from the
 // kernel only when a window ends, when the ring buffer is drainBacklog
 // full, and when a live profile starts or ends: the ring holds seconds of
-// samples, and draining every second cost 17% more of the agent's CPU
+// samples, and draining every second cost the agent 22-27% more CPU
 // (docs/BENCHMARKS.md).
 const (
 	checkInterval = time.Second
