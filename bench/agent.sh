@@ -5,7 +5,7 @@
 #	sudo bench/agent.sh                 # 5 minutes of steady state
 #	sudo STEADY=60 bench/agent.sh       # shorter
 #
-# Measured from outside the agent: its CPU (utime+stime of /proc/PID/stat),
+# Measured from outside the agent: its CPU (its threads' run time),
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
 # enabled by the agent itself), its peak RSS (VmHWM), and the store's bytes
 # per sample. Start-up: the agent's CPU from exec until /metrics first
@@ -40,8 +40,9 @@ for _ in $(seq "$(nproc)"); do
 	"$out/spin-go" >/dev/null & pids+=($!)
 done
 
-ticks=$(getconf CLK_TCK)
-cpu_s() { awk -v t="$ticks" '{ c = substr($0, index($0, ")") + 2); split(c, f, " "); print (f[12] + f[13]) / t }' "/proc/$1/stat"; }
+# CPU seconds to the nanosecond: the sum of the agent's threads' run time
+# (/proc/PID/stat's utime+stime count whole 10 ms ticks).
+cpu_s() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 metric() { curl -s "http://$addr/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 
 addr=127.0.0.1:7079
@@ -74,8 +75,9 @@ awk -v c0="$cpu0" -v c1="$cpu1" -v b0="$bpf0" -v b1="$bpf1" -v s="$STEADY" -v n=
 BEGIN {
 	user = (c1 - c0) / s; bpf = (b1 - b0) / s
 	printf "| steady state, %d s at 99 Hz, %d CPUs busy | value |\n|---|---:|\n", s, n
-	printf "| agent CPU (user+sys), %% of one core | %.3f%% |\n", 100 * user
+	printf "| agent CPU, %% of one core | %.3f%% |\n", 100 * user
 	printf "| BPF programs, %% of one core | %.3f%% |\n", 100 * bpf
+	printf "| BPF run time a sample | %.2f us |\n", 1e6 * (b1 - b0) / (s1 - s0)
 	printf "| total, %% of the machine (%d cores) | %.3f%% |\n", n, 100 * (user + bpf) / n
 	printf "| samples written per second | %.0f |\n", (s1 - s0) / s
 	printf "| peak RSS | %.1f MB |\n", peak

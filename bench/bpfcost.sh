@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # bpfcost.sh: the run time of flint's sample program per sample, from the
-# kernel's BPF statistics, while both CPUs run the spin fixtures. Compare two
-# builds by running it on each, alternating.
+# kernel's BPF statistics, while both CPUs run the spin fixtures. Given
+# several builds, it runs them in turn in every round.
 #
-#	sudo bench/bpfcost.sh [FLINT] [ROUNDS]      # default bin/flint, 3 rounds
-#	sudo FREQ=99 bench/bpfcost.sh               # at 99 Hz (default 999)
+#	sudo bench/bpfcost.sh [FLINT...]             # default bin/flint, 3 rounds
+#	sudo FREQ=99 SECS=30 bench/bpfcost.sh A B    # at 99 Hz, 30 s a figure
 #
-# Each round: flint record -a for 9 s; bpftool reads the sample program's
-# run_time_ns and run_cnt 2 s and 7 s after the start; prints ns per run
-# over those 5 s.
+# Each run: flint record -a for SECS + 4 s; bpftool reads the sample
+# program's run_time_ns and run_cnt 2 s and SECS + 2 s after the start;
+# prints ns per run over those SECS (default 5) seconds. ROUNDS (default 3)
+# and FREQ (default 999 Hz) are environment variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-flint=${1:-bin/flint}; rounds=${2:-3}; freq=${FREQ:-999}
+[[ $# -gt 0 ]] || set -- bin/flint
+rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-5}
 [[ $(id -u) -eq 0 ]] || { echo "bpfcost: needs root" >&2; exit 1; }
+for tool in bpftool jq gcc; do
+	command -v $tool >/dev/null || { echo "bpfcost: needs $tool (apt-get install $tool)" >&2; exit 1; }
+done
 tmp=$(mktemp -d); pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -24,8 +29,11 @@ sleep 1
 sysctl -qw kernel.bpf_stats_enabled=1
 stats() { bpftool prog show name sample --json | jq -r '[.run_time_ns, .run_cnt] | @tsv'; }
 for _ in $(seq "$rounds"); do
-	"$flint" record -a -F "$freq" -d 9s -o "$tmp/out.folded" 2>/dev/null & f=$!
-	sleep 2; a=$(stats); sleep 5; b=$(stats)
-	wait $f
-	echo "$a $b" | awk -v hz="$freq" '{ printf "%d Hz: %.0f ns/run over %d runs\n", hz, ($3 - $1) / ($4 - $2), $4 - $2 }'
+	for flint in "$@"; do
+		"$flint" record -a -F "$freq" -d "$((secs + 4))s" -o "$tmp/out.folded" 2>/dev/null & f=$!
+		sleep 2; a=$(stats); sleep "$secs"; b=$(stats)
+		wait $f
+		echo "$a $b" | awk -v f="$flint" -v hz="$freq" \
+			'{ printf "%s, %d Hz: %.0f ns/run over %d runs\n", f, hz, ($3 - $1) / ($4 - $2), $4 - $2 }'
+	done
 done
