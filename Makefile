@@ -6,7 +6,7 @@ CLANG   ?= clang-19
 BIN     := bin/flint
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build run deps check generate test test-short bench lint fuzz clean web web-test
+.PHONY: all build run deps check generate vmlinux test test-short bench lint fuzz clean web web-test
 
 all: build
 
@@ -29,11 +29,17 @@ check: deps test web-test
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
 
-# Regenerate vmlinux.h and the bpf2go objects (needs clang-19, bpftool,
-# libbpf-dev). The results are committed so `go build` needs no clang.
+# Rebuild the bpf2go objects from bpf/ (needs clang-19 and libbpf-dev). They
+# are committed so `go build` needs no clang; CI checks they are current.
 generate:
-	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
 	$(GO) generate ./internal/...
+
+# Dump this machine's kernel types into bpf/vmlinux.h (needs bpftool). Only
+# when the BPF C needs a type the committed file lacks: CO-RE relocates field
+# offsets at load time, and the dump differs between kernel builds, so it is
+# not regenerated as a matter of course.
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
 
 # Every test; those that load BPF need root and skip with the reason otherwise.
 # One package at a time: the BPF tests measure CPU shares of fixtures, which
