@@ -22,6 +22,7 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 [[ $STEADY =~ ^[0-9]+$ && $STEADY -ge 10 ]] || die "STEADY=$STEADY: want whole seconds, at least 10"
 command -v gcc >/dev/null || die "needs gcc (apt-get install gcc)"
 command -v curl >/dev/null || die "needs curl (apt-get install curl)"
+for tool in bpftool jq; do command -v $tool >/dev/null || die "needs $tool (apt-get install $tool)"; done
 
 cd "$(dirname "$0")/.."
 out=bench/results/agent-$(date -u +%Y%m%d-%H%M%S)
@@ -44,6 +45,13 @@ done
 # (/proc/PID/stat's utime+stime count whole 10 ms ticks).
 cpu_s() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 metric() { curl -s "http://$addr/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+# Each BPF program the agent holds open: ID, name, run time (ns) and runs, from
+# the kernel's BPF statistics (which the agent enables).
+progs() {
+	local ids; ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u | paste -sd, -)
+	bpftool prog show --json | jq -r --argjson ids "[$ids]" \
+		'.[] | select(.id as $i | $ids | index($i)) | [.id, .name, (.run_time_ns // 0), (.run_cnt // 0)] | @tsv' | sort
+}
 
 addr=127.0.0.1:7079
 data=$(mktemp -d)
@@ -61,9 +69,11 @@ say "start-up to first sample: ${startup} s CPU"
 say "warming up for ${WARMUP} s"
 sleep "$WARMUP"
 cpu0=$(cpu_s $agent); bpf0=$(metric flint_bpf_run_seconds_total); samples0=$(metric flint_samples_written_total)
+taken0=$(metric flint_samples_total); progs $agent >"$out/progs0.tsv"
 say "steady state for ${STEADY} s"
 sleep "$STEADY"
 cpu1=$(cpu_s $agent); bpf1=$(metric flint_bpf_run_seconds_total); samples1=$(metric flint_samples_written_total)
+taken1=$(metric flint_samples_total); progs $agent >"$out/progs1.tsv"
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
 store=$(du -sb "$data" | cut -f1)
 written=$(metric flint_samples_written_total)
@@ -71,19 +81,24 @@ kill -TERM $agent; wait $agent || true
 
 cores=$(nproc)
 awk -v c0="$cpu0" -v c1="$cpu1" -v b0="$bpf0" -v b1="$bpf1" -v s="$STEADY" -v n="$cores" \
-	-v peak="$peak" -v st="$startup" -v bytes="$store" -v smp="$written" -v s0="$samples0" -v s1="$samples1" '
+	-v peak="$peak" -v st="$startup" -v bytes="$store" -v smp="$written" -v s0="$samples0" -v s1="$samples1" \
+	-v t0="$taken0" -v t1="$taken1" '
 BEGIN {
 	user = (c1 - c0) / s; bpf = (b1 - b0) / s
 	printf "| steady state, %d s at 99 Hz, %d CPUs busy | value |\n|---|---:|\n", s, n
 	printf "| agent CPU, %% of one core | %.3f%% |\n", 100 * user
 	printf "| BPF programs, %% of one core | %.3f%% |\n", 100 * bpf
-	printf "| BPF run time a sample | %.2f us |\n", 1e6 * (b1 - b0) / (s1 - s0)
+	printf "| BPF run time a sample taken | %.2f us |\n", 1e6 * (b1 - b0) / (t1 - t0)
 	printf "| total, %% of the machine (%d cores) | %.3f%% |\n", n, 100 * (user + bpf) / n
 	printf "| samples written per second | %.0f |\n", (s1 - s0) / s
 	printf "| peak RSS | %.1f MB |\n", peak
 	printf "| start-up to first sample, CPU | %.3f s |\n", st
 	printf "| store bytes per sample (%d samples) | %.2f |\n", smp, bytes / (smp > 0 ? smp : 1)
 }' | tee "$out/summary.md"
+# Which programs that BPF time went to: the sampler's, the doctor's tracer's.
+join -t "$(printf '\t')" "$out/progs0.tsv" "$out/progs1.tsv" | awk -F '\t' -v s="$STEADY" '
+$7 > $4 { printf "| BPF program %s | %.4f%% of one core: %d runs of %.0f ns |\n", $2, 100 * ($6 - $3) / 1e9 / s, $7 - $4, ($6 - $3) / ($7 - $4) }' |
+	tee -a "$out/summary.md"
 
 say "store: the agent's windows repeated over 24 h, 1 h and 24 h queries"
 FLINT_BENCH_AGENT_STORE=$data go test -run '^$' -bench 'Profile1h|Profile24h' -benchtime 3x -v ./internal/store/ \
