@@ -88,9 +88,7 @@ func buildDoctorTools(t *testing.T) (flint, busypoll string) {
 	t.Helper()
 	dir := t.TempDir()
 	flint, busypoll = filepath.Join(dir, "flint"), filepath.Join(dir, "busypoll")
-	if out, err := exec.Command("go", "build", "-o", flint, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build flint: %v\n%s", err, out)
-	}
+	buildFlint(t, flint)
 	if out, err := exec.Command("gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", busypoll,
 		"../../testdata/fixtures/doctor-busypoll.c").CombinedOutput(); err != nil {
 		t.Fatalf("build fixture: %v\n%s", err, out)

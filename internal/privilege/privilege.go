@@ -36,7 +36,7 @@ const (
 	SetPCap           Cap = unix.CAP_SETPCAP            // change the bounding set
 	SysPtrace         Cap = unix.CAP_SYS_PTRACE         // /proc/PID/mem, environ, root, exe of any process
 	SysAdmin          Cap = unix.CAP_SYS_ADMIN          // mount; list other programs' BPF links; BPF before 5.8
-	SysResource       Cap = unix.CAP_SYS_RESOURCE       // raise RLIMIT_MEMLOCK (BPF memory before 5.11)
+	Syslog            Cap = unix.CAP_SYSLOG             // kernel addresses in /proc/kallsyms
 	Perfmon           Cap = unix.CAP_PERFMON            // perf_event_open: sampling events, tracepoints, uprobes (5.8)
 	BPF               Cap = unix.CAP_BPF                // load programs, create maps (5.8)
 	CheckpointRestore Cap = unix.CAP_CHECKPOINT_RESTORE // open /proc/PID/map_files/* (5.9)
@@ -75,7 +75,7 @@ func (s Set) String() string {
 // capNames are the capabilities flint names; others print as cap_N.
 var capNames = map[Cap]string{
 	DACReadSearch: "cap_dac_read_search", SetPCap: "cap_setpcap", SysPtrace: "cap_sys_ptrace",
-	SysAdmin: "cap_sys_admin", SysResource: "cap_sys_resource", Perfmon: "cap_perfmon", BPF: "cap_bpf",
+	SysAdmin: "cap_sys_admin", Syslog: "cap_syslog", Perfmon: "cap_perfmon", BPF: "cap_bpf",
 	CheckpointRestore: "cap_checkpoint_restore",
 }
 
@@ -87,39 +87,87 @@ func (c Cap) String() string {
 	return "cap_" + strconv.Itoa(int(c))
 }
 
-// What each command keeps after loading; docs/SECURITY.md says why. The
-// kernel's own checks decide these: BPF for bpf() on kernels before 6.5
-// (which check it on every call when unprivileged BPF is disabled) and for
-// later loads; Perfmon to attach later (the agent's syscall tracer, each
-// minute; trace's uprobes on new processes); SysPtrace, DACReadSearch and
-// CheckpointRestore to read the processes and binaries being profiled;
-// SysAdmin for the doctor's view of other tools' probes (listing BPF links
-// and reading their programs' statistics by ID).
+// What each command keeps once loaded; docs/SECURITY.md says why, and
+// Kernel.Adjust adds what older kernels check instead. SysPtrace,
+// DACReadSearch and CheckpointRestore read the processes being profiled and
+// their binaries (/proc/PID/mem, environ, root, map_files: files of other
+// users, mode 0400); Syslog reads kernel symbol addresses from
+// /proc/kallsyms, which it opens when it first names a kernel frame. The
+// agent keeps BPF and Perfmon to load and attach its syscall tracer at each
+// examination; the doctor keeps SysAdmin to list other tools' BPF links and
+// read their programs' statistics by ID (probe-overhead). Trace attaches
+// every probe before it drops, and then reads only its own maps.
 var (
-	Agent  = Of(BPF, Perfmon, SysPtrace, DACReadSearch, CheckpointRestore)
-	Record = Of(BPF, SysPtrace, DACReadSearch, CheckpointRestore)
-	Doctor = Of(BPF, Perfmon, SysAdmin, SysPtrace, DACReadSearch, CheckpointRestore)
-	Trace  = Of(BPF, Perfmon, SysPtrace, DACReadSearch, CheckpointRestore)
+	Agent  = Of(BPF, Perfmon, SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
+	Record = Of(SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
+	Doctor = Of(SysAdmin, SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
+	Trace  = Set(0)
 )
 
 // ErrCgo: this binary links cgo, so Go cannot change every thread's
 // capabilities, and Drop changed nothing.
 var ErrCgo = errors.New("capabilities not dropped: this build of flint links cgo (build it with CGO_ENABLED=0, as make does)")
 
-// ForKernel returns keep as the running kernel understands it: a kernel
-// whose last capability is last (/proc/sys/kernel/cap_last_cap) and has no
-// CAP_BPF or CAP_PERFMON (before 5.8) or CAP_CHECKPOINT_RESTORE (before
-// 5.9) checks CAP_SYS_ADMIN instead.
-func ForKernel(keep Set, last Cap) Set {
+// Kernel is what decides which capabilities the running kernel checks.
+type Kernel struct {
+	// Last is the highest capability it knows
+	// (/proc/sys/kernel/cap_last_cap): 40 since Linux 5.9.
+	Last Cap
+	// BPFCallsChecked: every bpf() call, even one on a map already open,
+	// takes CAP_BPF. So it was before Linux 6.5 when unprivileged BPF is
+	// disabled (kernel.unprivileged_bpf_disabled, on by default).
+	BPFCallsChecked bool
+}
+
+// Running describes the running kernel.
+func Running() (Kernel, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return Kernel{}, fmt.Errorf("read the kernel's last capability: %w", err)
+	}
+	last, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 6)
+	if err != nil {
+		return Kernel{}, fmt.Errorf("read the kernel's last capability: %q: %w", b, err)
+	}
+	k := Kernel{Last: Cap(last)}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return Kernel{}, fmt.Errorf("read the kernel's version: %w", err)
+	}
+	if olderThan(unix.ByteSliceToString(u.Release[:]), 6, 5) {
+		b, err := os.ReadFile("/proc/sys/kernel/unprivileged_bpf_disabled")
+		k.BPFCallsChecked = err != nil || strings.TrimSpace(string(b)) != "0"
+	}
+	return k, nil
+}
+
+// olderThan reports whether the kernel release ("6.1.0-18-amd64") is
+// older than major.minor; an unreadable one counts as older.
+func olderThan(release string, major, minor int) bool {
+	var ma, mi int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &ma, &mi); n != 2 {
+		return true
+	}
+	return ma < major || ma == major && mi < minor
+}
+
+// Adjust returns keep as k checks it: BPF added where every bpf() call
+// checks it, and CAP_SYS_ADMIN standing in for CAP_BPF and CAP_PERFMON
+// before Linux 5.8 and CAP_CHECKPOINT_RESTORE before 5.9, which such a
+// kernel does not know.
+func (k Kernel) Adjust(keep Set) Set {
+	if k.BPFCallsChecked {
+		keep |= Of(BPF)
+	}
 	for _, c := range []Cap{BPF, Perfmon, CheckpointRestore} {
-		if keep.Has(c) && c > last {
+		if keep.Has(c) && c > k.Last {
 			keep |= Of(SysAdmin)
 		}
 	}
-	return keep & (1<<(last+1) - 1)
+	return keep & (1<<(k.Last+1) - 1)
 }
 
-// Drop keeps only keep, as ForKernel adjusts it, of the capabilities this
+// Drop keeps only keep, as Kernel.Adjust adapts it to the running kernel, of the capabilities this
 // process has: in every thread's effective and permitted sets and the
 // bounding set (so that no program it runs gains more), with the
 // inheritable and ambient sets emptied, and sets no_new_privs. It returns
@@ -127,17 +175,17 @@ func ForKernel(keep Set, last Cap) Set {
 // capabilities by setcap or systemd's AmbientCapabilities) cannot shrink
 // its bounding set; no_new_privs then keeps what it runs from gaining.
 func Drop(keep Set) (Set, error) {
-	last, err := lastCap()
+	k, err := Running()
 	if err != nil {
 		return 0, err
 	}
-	keep = ForKernel(keep, last)
+	keep = k.Adjust(keep)
 	have, err := current()
 	if err != nil {
 		return 0, err
 	}
 	if have.permitted.Has(SetPCap) && have.effective.Has(SetPCap) {
-		for c := Cap(0); c <= last; c++ {
+		for c := Cap(0); c <= k.Last; c++ {
 			if keep.Has(c) {
 				continue
 			}
@@ -195,19 +243,6 @@ func current() (sets, error) {
 		effective: join(data[0].Effective, data[1].Effective),
 		permitted: join(data[0].Permitted, data[1].Permitted),
 	}, nil
-}
-
-// lastCap is the highest capability the running kernel knows.
-func lastCap() (Cap, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 0, fmt.Errorf("read the kernel's last capability: %w", err)
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 6)
-	if err != nil {
-		return 0, fmt.Errorf("read the kernel's last capability: %q: %w", b, err)
-	}
-	return Cap(n), nil
 }
 
 // Status is a process's capabilities as /proc/PID/status shows them.

@@ -29,24 +29,36 @@ func TestSet(t *testing.T) {
 	}
 }
 
-func TestForKernel(t *testing.T) {
+func TestAdjust(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		keep Set
-		last Cap
+		k    Kernel
 		want Set
 	}{
-		{"6.x", Agent, 40, Agent},
-		{"5.8: no CAP_CHECKPOINT_RESTORE", Agent, 39, Of(BPF, Perfmon, SysPtrace, DACReadSearch, SysAdmin)},
-		{"5.4: no CAP_BPF, CAP_PERFMON", Record, 37, Of(SysPtrace, DACReadSearch, SysAdmin)},
-		{"nothing to replace", Of(SysPtrace), 37, Of(SysPtrace)},
-		{"newer kernel, same set", Doctor, 45, Doctor},
+		{"6.5+", Agent, Kernel{Last: 40}, Agent},
+		{"6.1, unprivileged BPF off", Record, Kernel{Last: 40, BPFCallsChecked: true}, Record | Of(BPF)},
+		{"5.8: no CAP_CHECKPOINT_RESTORE", Agent, Kernel{Last: 39, BPFCallsChecked: true},
+			Of(BPF, Perfmon, SysPtrace, DACReadSearch, SysAdmin, Syslog)},
+		{"5.4: no CAP_BPF, CAP_PERFMON", Trace, Kernel{Last: 37, BPFCallsChecked: true}, Of(SysAdmin)},
+		{"nothing to replace", Of(SysPtrace), Kernel{Last: 37}, Of(SysPtrace)},
+		{"newer kernel, same set", Doctor, Kernel{Last: 45}, Doctor},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ForKernel(tc.keep, tc.last); got != tc.want {
-				t.Errorf("ForKernel(%s, %d) = %s, want %s", tc.keep, tc.last, got, tc.want)
+			if got := tc.k.Adjust(tc.keep); got != tc.want {
+				t.Errorf("%+v.Adjust(%s) = %s, want %s", tc.k, tc.keep, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestOlderThan(t *testing.T) {
+	for release, want := range map[string]bool{
+		"6.18.0": false, "6.5.0-rc1": false, "6.4.16": true, "5.15.0-91-generic": true, "7.0": false, "6": true, "": true,
+	} {
+		if got := olderThan(release, 6, 5); got != want {
+			t.Errorf("olderThan(%q, 6.5) = %v", release, got)
+		}
 	}
 }
 
@@ -123,13 +135,13 @@ func TestDrop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: an unprivileged process has no capabilities to drop")
 	}
-	last, err := lastCap()
+	k, err := Running()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, keep := range map[string]Set{"agent": Agent, "record": Record, "doctor": Doctor, "trace": Trace, "none": 0} {
 		t.Run(name, func(t *testing.T) {
-			want := ForKernel(keep, last)
+			want := k.Adjust(keep)
 			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%x", childEnv, uint64(keep)))
 			out, err := cmd.Output()
