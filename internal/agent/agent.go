@@ -138,6 +138,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	so := store.DefaultOptions()
 	so.Retention, so.MaxSize = o.Retention, o.MaxSize
+	so.Logf = o.Logf
 	st, err := store.Open(o.DataDir, so)
 	if err != nil {
 		return err
