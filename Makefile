@@ -43,7 +43,9 @@ check: deps web/node_modules/.package-lock.json
 VITEST_REPORT = --reporter=default --reporter=json --outputFile.json=$(abspath $(RESULTS))
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
+	# No cgo: flint needs none, and only a cgo-free binary can drop its
+	# capabilities on every thread (internal/privilege).
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
 
 # Rebuild the bpf2go objects from bpf/ (needs clang-19 and libbpf-dev). They
 # are committed so `go build` needs no clang; CI checks they are current.

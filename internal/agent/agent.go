@@ -53,6 +53,10 @@ type Options struct {
 	DoctorEvery time.Duration
 	// Logf reports events worth an operator's attention; nil discards.
 	Logf func(format string, args ...any)
+	// Loaded, if set, runs once the BPF programs are loaded and attached,
+	// before the first sample is read; its error stops the agent. flint
+	// agent drops capabilities there.
+	Loaded func() error
 }
 
 // DefaultOptions are `flint agent` without flags.
@@ -134,6 +138,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	so := store.DefaultOptions()
 	so.Retention, so.MaxSize = o.Retention, o.MaxSize
+	so.Logf = o.Logf
 	st, err := store.Open(o.DataDir, so)
 	if err != nil {
 		return err
@@ -159,6 +164,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer a.sampler.Close()
+	if o.Loaded != nil {
+		if err := o.Loaded(); err != nil {
+			return err
+		}
+	}
 	a.self = a.ownLabels()
 	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, o.DataDir)
 
