@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/agent"
+	"github.com/flint-dev/flint/internal/kube"
 	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/tracefs"
@@ -149,6 +150,10 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this store `size` (e.g. 1GB; 0: no limit)")
 	listenFlags(fs, &c.Listen, c.API.Addr)
 	fs.StringVar(&c.Node, "node", "", "node `name` labelling every sample (default: host name)")
+	fs.StringVar(&c.Kubelet.URL, "kubelet", "", "the kubelet's pod list `URL`, https://NODE_IP:10250/pods, naming pods and containers (default: none)")
+	fs.StringVar(&c.Kubelet.TokenFile, "kubelet-token-file", kube.ServiceAccountToken, "`file` of the bearer token the kubelet takes")
+	fs.StringVar(&c.Kubelet.CAFile, "kubelet-ca-file", kube.ServiceAccountCA, "`file` of the CA certificates that sign the kubelet's")
+	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure-tls", false, "accept any kubelet certificate (kubelets that sign their own)")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
 	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
 	if err := fs.Parse(args); err != nil {

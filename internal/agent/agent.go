@@ -15,6 +15,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/doctor"
+	"github.com/flint-dev/flint/internal/kube"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
@@ -46,6 +47,9 @@ type Options struct {
 	AllowHosts []string
 	// Node labels every sample; the host name when empty.
 	Node string
+	// Kubelet names the pods and containers of samples from the kubelet's
+	// pod list; an empty URL does not (outside Kubernetes).
+	Kubelet kube.Options
 	// Transfer is the sampler's kernel-to-user path.
 	Transfer sampler.Transfer
 	// DoctorEvery is how often flint doctor's detectors examine a window
@@ -148,6 +152,17 @@ func Run(ctx context.Context, o Options) error {
 	a := &Agent{o: o, store: st, sym: symbol.New(), liveNew: make(chan *liveRequest), loopDone: make(chan struct{})}
 	defer a.sym.Close()
 	a.coll = collect.New(a.sym, o.Node)
+	if o.Kubelet.URL != "" {
+		if o.Kubelet.Logf == nil {
+			o.Kubelet.Logf = o.Logf
+		}
+		kc, err := kube.New(o.Kubelet)
+		if err != nil {
+			return err
+		}
+		a.coll.SetNamer(kc)
+		go kc.Run(ctx)
+	}
 	stats, err := sampler.EnableStats()
 	if err != nil {
 		return err

@@ -19,8 +19,9 @@ import (
 
 // Collector knows the processes the sampler has seen and names samples.
 type Collector struct {
-	sym  *symbol.Symbolizer
-	node string
+	sym   *symbol.Symbolizer
+	node  string
+	namer Namer
 
 	mu    sync.Mutex
 	procs map[procKey]*procEntry
@@ -40,6 +41,18 @@ type procKey struct{ pid, generation uint32 }
 func New(sym *symbol.Symbolizer, node string) *Collector {
 	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]int{}}
 }
+
+// Namer names the pod and container a process runs in (namespace, pod,
+// container labels) from the pod UID and container ID of its cgroup path,
+// adding to labels what it knows. It must not block: windows wait on it.
+// internal/kube's Client is one.
+type Namer interface {
+	AddNames(labels map[string]string, podUID, containerID string)
+}
+
+// SetNamer makes n name the pods and containers of samples; call it
+// before the first Profile.
+func (c *Collector) SetNamer(n Namer) { c.namer = n }
 
 // NewProc snapshots a process the sampler just saw for the first time; it
 // is the sampler's OnNewProc callback.
@@ -252,15 +265,18 @@ func (b *builder) labels(s *sampler.Sample) map[string]string {
 	}
 	l[profile.LabelStartTime] = strconv.FormatUint(p.StartTime, 10)
 	for name, v := range map[string]string{
-		profile.LabelExe:       p.Exe,
-		profile.LabelBuildID:   b.exeBuildID(p),
-		profile.LabelCgroup:    p.Cgroup,
-		profile.LabelContainer: p.Container,
-		profile.LabelPod:       p.Pod,
+		profile.LabelExe:         p.Exe,
+		profile.LabelBuildID:     b.exeBuildID(p),
+		profile.LabelCgroup:      p.Cgroup,
+		profile.LabelContainerID: p.Container,
+		profile.LabelPodUID:      p.Pod,
 	} {
 		if v != "" {
 			l[name] = v
 		}
+	}
+	if b.c.namer != nil {
+		b.c.namer.AddNames(l, p.Pod, p.Container)
 	}
 	return l
 }

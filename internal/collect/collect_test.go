@@ -93,3 +93,36 @@ func TestProfileMergesEqualStacks(t *testing.T) {
 		}
 	}
 }
+
+// namer names every pod "web" and remembers what it was asked.
+type namer struct{ asked [][2]string }
+
+func (n *namer) AddNames(l map[string]string, podUID, containerID string) {
+	n.asked = append(n.asked, [2]string{podUID, containerID})
+	l[profile.LabelPod] = "web"
+}
+
+// TestNamer checks the Namer is asked once per label set with the IDs of
+// the process's cgroup, and its names join the sample's labels.
+func TestNamer(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "n1")
+	var n namer
+	c.SetNamer(&n)
+	pid := uint32(os.Getpid())
+	c.NewProc(pid, 1)
+	self, err := proc.Read(int(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampler.Sample{PID: pid, TID: pid, Generation: 1, Comm: "test", Thread: "test", Count: 1}
+	p := c.Profile([]sampler.Sample{s, s}, Options{})
+	if want := [][2]string{{self.Pod, self.Container}}; len(n.asked) != 1 || n.asked[0] != want[0] {
+		t.Errorf("namer asked %q, want %q", n.asked, want)
+	}
+	l := p.Samples[0].Labels
+	if l[profile.LabelPod] != "web" || l[profile.LabelNode] != "n1" || l[profile.LabelPodUID] != self.Pod || l[profile.LabelContainerID] != self.Container {
+		t.Errorf("labels %v", l)
+	}
+}

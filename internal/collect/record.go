@@ -133,7 +133,7 @@ loop:
 	}
 	var keep Filter
 	if o.Container != "" {
-		keep = func(l map[string]string) bool { return strings.HasPrefix(l[profile.LabelContainer], o.Container) }
+		keep = func(l map[string]string) bool { return strings.HasPrefix(l[profile.LabelContainerID], o.Container) }
 	}
 	prof := c.Profile(samples, Options{Start: start, Duration: elapsed, Period: time.Second / time.Duration(o.Frequency), Keep: keep, ThreadIDs: true})
 	res := &Result{Profile: prof, Stats: st}

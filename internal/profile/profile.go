@@ -23,9 +23,14 @@ const (
 	LabelExe       = "exe"        // executable path as the process sees it
 	LabelBuildID   = "build_id"   // of the executable
 	LabelCgroup    = "cgroup"     // cgroup path
-	LabelContainer = "container"  // container ID, from the cgroup path
-	LabelPod       = "pod"        // Kubernetes pod UID, from the cgroup path
-	LabelNode      = "node"       // host name
+	LabelNode      = "node"       // host name, or the agent's --node
+	// A process in a container: its IDs come from the cgroup path, its
+	// names from Kubernetes (internal/kube) where the agent can ask.
+	LabelContainerID = "container_id" // container ID
+	LabelPodUID      = "pod_uid"      // Kubernetes pod UID
+	LabelNamespace   = "namespace"    // Kubernetes namespace
+	LabelPod         = "pod"          // Kubernetes pod name
+	LabelContainer   = "container"    // container name in its pod
 )
 
 // Profile is a set of sampled stacks with labels and counts.

@@ -24,6 +24,7 @@ const health = new Health($('health'));
 let flat: Flat | null = null;
 let rows: Row[] = [];
 let labelNames: string[] = [];
+let nodeValues: string[] = [];
 
 const timeline = new Timeline($('timeline'), tooltip, {
   onSelect: (from, to) => {
@@ -90,8 +91,10 @@ function apply(level: Level): void {
     void loadSeries();
     void loadLabels();
   }
-  if (level >= 2) void loadProfile();
-  else renderProfile();
+  if (level >= 2) {
+    void loadProfile();
+    void loadNodeShares();
+  } else renderProfile();
 }
 
 // Messages: every empty or failed panel says why, in words.
@@ -184,21 +187,23 @@ function renderLegend(data: SeriesResponse, total: number): void {
   });
 }
 
-// Labels: the "stack by" choices and the filters.
+// Labels: the "stack by" choices, the node picker and the filters.
 
 async function loadLabels(): Promise<void> {
   const r = S.timelineRange(state);
   try {
     labelNames = await getJSON<string[]>('api/v1/labels', { from: r.from, to: r.to });
+    nodeValues = labelNames.includes('node') ? await getJSON<string[]>('api/v1/labels/node/values', { from: r.from, to: r.to }) : [];
   } catch {
     labelNames = []; // the timeline shows the error
+    nodeValues = [];
   }
   renderControls();
 }
 
 /** byChoices are the labels worth stacking by, in a useful order. */
 function byChoices(): string[] {
-  const preferred = ['comm', 'container', 'pod', 'thread', 'pid', 'node', 'exe'];
+  const preferred = ['comm', 'node', 'namespace', 'pod', 'container', 'thread', 'pid', 'exe'];
   const have = new Set([...labelNames, state.by, 'comm']);
   const skip = new Set(['tid', 'start_time', 'build_id', 'cgroup']);
   return [...preferred.filter((l) => have.has(l)), ...[...have].filter((l) => !preferred.includes(l) && !skip.has(l)).sort()];
@@ -219,6 +224,7 @@ function renderControls(): void {
   const choices = byChoices();
   by.innerHTML = choices.map((l) => `<option${l === state.by ? ' selected' : ''}>${fmt.escapeHTML(l)}</option>`).join('');
   $('by-text').textContent = state.by;
+  renderNodes();
   const labelSel = document.querySelector<HTMLSelectElement>('#add-filter select[name=label]')!;
   const prevLabel = labelSel.value;
   const names = [...new Set(['comm', ...labelNames])].sort();
@@ -264,6 +270,122 @@ function renderControls(): void {
   setValue('search', state.q);
   $<HTMLInputElement>('icicle').checked = state.icicle;
   renderDownloads();
+}
+
+// The node picker: a list of the range's nodes to tick, narrowed by typing,
+// that edits the selector's node matcher.
+
+const MAX_NODES_LISTED = 200;
+
+function renderNodes(): void {
+  const picked = S.nodesOf(state.sel);
+  const editable = S.withNodes(state.sel, []) !== null;
+  $('node-controls').hidden = nodeValues.length === 0 && !picked?.length;
+  const byNode = $<HTMLButtonElement>('by-node');
+  byNode.classList.toggle('active', state.by === 'node');
+  byNode.setAttribute('aria-pressed', String(state.by === 'node'));
+  const all = nodeValues.length;
+  $('nodes-text').textContent =
+    picked === null ? 'custom' : picked.length === 0 ? `all${all > 1 ? ` ${fmt.count(all)}` : ''}` : picked.length === 1 ? picked[0] : `${picked.length} of ${fmt.count(Math.max(all, picked.length))}`;
+  $<HTMLButtonElement>('nodes-all').disabled = !editable || picked?.length === 0;
+
+  const find = $<HTMLInputElement>('nodes-find').value.trim().toLowerCase();
+  const chosen = new Set(picked ?? []);
+  const values = [...new Set([...nodeValues, ...chosen])].sort();
+  const shown = values.filter((v) => v.toLowerCase().includes(find));
+  const note = $('nodes-note');
+  if (!editable) note.textContent = 'The filter cannot be read as label matchers: remove it to pick nodes.';
+  else if (picked === null) note.textContent = 'The filter matches nodes by a pattern; ticking nodes replaces it.';
+  else if (shown.length > MAX_NODES_LISTED) note.textContent = `${fmt.count(shown.length)} nodes: type to narrow the list.`;
+  else if (shown.length === 0) note.textContent = find ? 'No node matches.' : 'No nodes in this range.';
+  else note.textContent = '';
+
+  // Rebuilding the list must not lose the keyboard's place in it.
+  const ul = $('nodes-list');
+  const focused = ul.contains(document.activeElement) ? (document.activeElement as HTMLInputElement).value : null;
+  ul.innerHTML = '';
+  for (const v of shown.slice(0, MAX_NODES_LISTED)) {
+    const li = document.createElement('li');
+    const label = document.createElement('label');
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.value = v;
+    box.checked = chosen.has(v);
+    box.disabled = !editable;
+    box.addEventListener('change', () => pickNode(v, box.checked));
+    label.append(box, document.createTextNode(' ' + v));
+    li.append(label);
+    ul.append(li);
+    if (v === focused) box.focus();
+  }
+}
+
+/** pickNode adds a node to the nodes shown, or takes it away. */
+function pickNode(node: string, on: boolean): void {
+  const picked = S.nodesOf(state.sel) ?? [];
+  setNodes(on ? [...picked, node] : picked.filter((n) => n !== node));
+}
+
+/** setNodes shows only the given nodes; [] shows every node. */
+function setNodes(nodes: string[]): void {
+  const sel = S.withNodes(state.sel, nodes);
+  if (sel !== null) update({ sel, zoom: [] });
+}
+
+// The nodes summary: which nodes the profile's samples came from, and how many of them each.
+
+let nodesAbort: AbortController | null = null;
+
+async function loadNodeShares(): Promise<void> {
+  nodesAbort?.abort();
+  const abort = (nodesAbort = new AbortController());
+  const el = $('nodes-summary');
+  const r = S.profileRange(state);
+  // One series per node, at a step of a sixtieth of the range: only the
+  // sums are used, and the store counts every node's points, so coarse
+  // steps keep a fleet's query small. Its range is widened to whole steps,
+  // so the shares may include up to a step more on each side.
+  const step = S.seriesStep(S.rangeSeconds(state), 60);
+  try {
+    const data = await getJSON<SeriesResponse>('api/v1/series', { from: r.from, to: r.to, by: 'node', selector: state.sel, limit: 20, step: step + 's' }, abort.signal);
+    if (abort.signal.aborted) return;
+    renderNodeShares(el, data);
+  } catch (e) {
+    if ((e as Error).name === 'AbortError') return;
+    el.hidden = false;
+    el.textContent = `Nodes unknown: ${(e as Error).message}`; // the profile panel explains the error
+  }
+}
+
+function renderNodeShares(el: HTMLElement, data: SeriesResponse): void {
+  const shares = S.shares(data.series);
+  el.innerHTML = '';
+  el.hidden = shares.length === 0 || shares.every((s) => s.value === '' && !s.other);
+  if (el.hidden) return;
+  const named = shares.filter((s) => !s.other && s.value !== '').length;
+  const head = document.createElement('span');
+  head.className = 'dim';
+  head.textContent = shares.some((s) => s.other) ? `the ${named} busiest nodes:` : named === 1 ? 'from 1 node:' : `from ${named} nodes:`;
+  el.append(head);
+  for (const s of shares) {
+    const name = s.other ? 'other nodes' : s.value === '' ? '(no node)' : s.value;
+    const item = document.createElement(s.other || s.value === '' ? 'span' : 'button');
+    item.className = 'node-share';
+    item.style.setProperty('--share', (s.share * 100).toFixed(1) + '%');
+    item.dataset.node = s.value;
+    item.append(document.createTextNode(name + ' '));
+    const pct = document.createElement('span');
+    pct.className = 'dim';
+    pct.textContent = fmt.pct(s.share);
+    item.append(pct);
+    item.title = `${fmt.count(s.samples)} samples`;
+    if (item instanceof HTMLButtonElement) {
+      item.type = 'button';
+      item.title += `; show only node ${s.value}`;
+      item.addEventListener('click', () => setNodes([s.value]));
+    }
+    el.append(item);
+  }
 }
 
 function setValue(id: string, v: string): void {
@@ -460,6 +582,25 @@ document.querySelectorAll<HTMLButtonElement>('.presets button').forEach((b) =>
   b.addEventListener('click', () => update({ range: b.dataset.range!, from: 0, to: 0, sfrom: 0, sto: 0, zoom: [] })),
 );
 $<HTMLSelectElement>('by').addEventListener('change', (e) => update({ by: (e.target as HTMLSelectElement).value }));
+$('by-node').addEventListener('click', () => update({ by: state.by === 'node' ? 'comm' : 'node' }));
+$('nodes-find').addEventListener('input', renderNodes);
+$('nodes-find').addEventListener('keydown', (e) => {
+  // Enter ticks the first node that matches and starts a new search.
+  if (e.key !== 'Enter') return;
+  e.preventDefault();
+  const first = document.querySelector<HTMLInputElement>('#nodes-list input:not(:checked):not(:disabled)');
+  if (!first) return;
+  $<HTMLInputElement>('nodes-find').value = '';
+  pickNode(first.value, true);
+});
+$('nodes-all').addEventListener('click', () => setNodes([]));
+$('nodes').addEventListener('toggle', () => {
+  if ($<HTMLDetailsElement>('nodes').open) $('nodes-find').focus();
+});
+document.addEventListener('click', (e) => {
+  const d = $<HTMLDetailsElement>('nodes');
+  if (d.open && e.target instanceof Element && !d.contains(e.target)) d.open = false;
+});
 $('clear-selection').addEventListener('click', () => update({ sfrom: 0, sto: 0, zoom: [] }));
 document.querySelectorAll<HTMLButtonElement>('.tabs button').forEach((b) => b.addEventListener('click', () => update({ tab: b.dataset.tab as S.Tab })));
 $('reset-zoom').addEventListener('click', () => update({ zoom: [] }));

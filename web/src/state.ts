@@ -257,17 +257,102 @@ export function formatSelector(ms: Matcher[]): string {
   return '{' + ms.map((m) => m.name + m.op + JSON.stringify(m.value)).join(',') + '}';
 }
 
-/** seriesStep is the timeline's step for a range of secs: at most 300
- * points, and a multiple of 10 s, so the agent's 10 s windows (or any
- * window dividing 10 s) fall evenly into steps instead of alternating
- * between one and two windows a step. */
-export function seriesStep(secs: number): number {
+/** seriesStep is the step for a range of secs: at most points points
+ * (the timeline's 300 by default), and a multiple of 10 s, so the agent's
+ * 10 s windows (or any window dividing 10 s) fall evenly into steps instead
+ * of alternating between one and two windows a step. */
+export function seriesStep(secs: number, points = 300): number {
   const steps = [10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
-  for (const s of steps) if (secs / s <= 300) return s;
-  return Math.ceil(secs / 300 / 86400) * 86400;
+  for (const s of steps) if (secs / s <= points) return s;
+  return Math.ceil(secs / points / 86400) * 86400;
 }
 
 /** timelineSeconds is the length of the timeline's range. */
 export function timelineSeconds(s: State): number {
   return s.range !== '' ? seconds(s.range) : s.to - s.from;
+}
+
+// Nodes: the node picker edits the selector's node matcher, node="a" for
+// one node and node=~"a|b" for several, leaving the other matchers as they are.
+
+// The characters RE2 gives a meaning to.
+const reMeta = /[\\.+*?()|[\]{}^$]/;
+
+/** escapeRegex quotes s for a regular expression of the selector (RE2). */
+export function escapeRegex(s: string): string {
+  return s.replace(new RegExp(reMeta.source, 'g'), '\\$&');
+}
+
+/** literalAlternatives reads a=~ value that is only quoted literals joined
+ * by |, as escapeRegex and withNodes write it; null when it is any other regex. */
+function literalAlternatives(re: string): string[] | null {
+  const out: string[] = [];
+  let cur = '';
+  for (let i = 0; i < re.length; i++) {
+    const c = re[i];
+    if (c === '\\') {
+      const next = re[i + 1];
+      if (next === undefined || !reMeta.test(next)) return null;
+      cur += next;
+      i++;
+    } else if (c === '|') {
+      out.push(cur);
+      cur = '';
+    } else if (reMeta.test(c)) {
+      return null;
+    } else {
+      cur += c;
+    }
+  }
+  out.push(cur);
+  return out.some((v) => v === '') ? null : out;
+}
+
+/** nodesOf is the nodes the selector keeps: [] for every node, null when
+ * its node matchers say something a list cannot (a pattern, a negation,
+ * several matchers) or the selector cannot be read. */
+export function nodesOf(sel: string): string[] | null {
+  const ms = parseSelector(sel);
+  if (ms === null) return null;
+  const nm = ms.filter((m) => m.name === 'node');
+  if (nm.length === 0) return [];
+  if (nm.length > 1) return null;
+  const m = nm[0];
+  if (m.op === '=') return m.value === '' ? null : [m.value];
+  if (m.op === '=~') return literalAlternatives(m.value);
+  return null;
+}
+
+/** withNodes returns sel keeping only the given nodes (every node for []):
+ * its node matchers are replaced by one, of the nodes sorted, where the
+ * first of them was; null
+ * when sel cannot be read. */
+export function withNodes(sel: string, nodes: string[]): string | null {
+  const ms = parseSelector(sel);
+  if (ms === null) return null;
+  const at = ms.findIndex((m) => m.name === 'node');
+  const rest = ms.filter((m) => m.name !== 'node');
+  const uniq = [...new Set(nodes)].sort(); // one link per set of nodes
+  if (uniq.length === 0) return formatSelector(rest);
+  const m: Matcher = uniq.length === 1 ? { name: 'node', op: '=', value: uniq[0] } : { name: 'node', op: '=~', value: uniq.map(escapeRegex).join('|') };
+  rest.splice(at < 0 ? rest.length : at, 0, m);
+  return formatSelector(rest);
+}
+
+/** Share is one value's part of a total, for the nodes summary. */
+export interface Share {
+  value: string;
+  other: boolean;
+  samples: number;
+  share: number;
+}
+
+/** shares orders the series' values by samples, largest first, each with
+ * its share of the total; values without samples are left out. */
+export function shares(series: Array<{ value: string; other?: boolean; samples: number }>): Share[] {
+  const total = series.reduce((a, s) => a + s.samples, 0);
+  return series
+    .filter((s) => s.samples > 0)
+    .map((s) => ({ value: s.value, other: !!s.other, samples: s.samples, share: s.samples / total }))
+    .sort((a, b) => Number(a.other) - Number(b.other) || b.samples - a.samples || (a.value < b.value ? -1 : 1));
 }

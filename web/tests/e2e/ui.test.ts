@@ -224,6 +224,72 @@ describe.skipIf(why !== '')('flint web UI', () => {
     await page.close();
   });
 
+  test('nodes: pick nodes, stack the timeline by node, see which nodes contributed', async () => {
+    const { page, errors } = await open('');
+    // The picker lists the fixture's three nodes and this machine's.
+    await expect.poll(() => page.locator('#node-controls').isVisible()).toBe(true);
+    await page.locator('#nodes summary').click();
+    const boxes = page.locator('#nodes-list input');
+    const listed = () => boxes.evaluateAll((bs) => bs.map((b) => (b as HTMLInputElement).value));
+    expect(await listed()).toEqual(expect.arrayContaining(['node-a', 'node-b', 'node-c']));
+    const all = (await listed()).length;
+    expect(await page.locator('#nodes-text').textContent()).toBe(`all ${all}`);
+
+    // Typing narrows the list; Enter ticks the first match.
+    await page.locator('#nodes-find').fill('DE-B');
+    expect(await listed()).toEqual(['node-b']);
+    await page.locator('#nodes-find').press('Enter');
+    await idle(page);
+    expect((await state(page)).get('sel')).toBe('{node="node-b"}');
+    expect(await page.locator('#nodes-text').textContent()).toBe('node-b');
+    await page.locator('#nodes-list input[value=node-a]').check();
+    await idle(page);
+    expect((await state(page)).get('sel')).toBe('{node=~"node-a|node-b"}');
+    expect(await page.locator('#chips').textContent()).toContain('node=~"node-a|node-b"');
+    expect(await page.locator('#nodes-text').textContent()).toBe(`2 of ${all}`);
+    expect(await page.locator('#nodes-list input[value=node-a]').isChecked()).toBe(true);
+    expect(await page.locator('#nodes-list input[value=node-c]').isChecked()).toBe(false);
+    await shot(page, '13-node-picker');
+
+    // The timeline by node: only the nodes picked.
+    await page.locator('#by-node').click();
+    await idle(page);
+    expect(await page.locator('#nodes').getAttribute('open')).toBeNull(); // a click elsewhere closes the picker
+    expect((await state(page)).get('by')).toBe('node');
+    expect(await page.locator('#by-node').getAttribute('aria-pressed')).toBe('true');
+    expect(await page.locator('#by-text').textContent()).toBe('node');
+    const legend = page.locator('#legend li');
+    await expect.poll(() => legend.evaluateAll((ls) => ls.map((l) => (l as HTMLElement).dataset.value).sort())).toEqual(['node-a', 'node-b']);
+
+    // Which nodes the profile's samples came from: api on node-a at 20
+    // samples/s, db on node-b at 12 (62.6% and 37.4% once rounded to whole samples).
+    const nodes = page.locator('#nodes-summary .node-share');
+    await expect.poll(() => nodes.evaluateAll((ns) => ns.map((n) => (n as HTMLElement).dataset.node))).toEqual(['node-a', 'node-b']);
+    expect(await page.locator('#nodes-summary').textContent()).toMatch(/^from 2 nodes:/);
+    const shareOf = async (n: number) => parseFloat((await nodes.nth(n).locator('.dim').textContent())!);
+    expect(await shareOf(0)).toBeCloseTo(62.6, 0);
+    expect(await shareOf(1)).toBeCloseTo(37.4, 0);
+    await shot(page, '14-by-node');
+
+    // Over the batch job's spike, every node: node-c (batch) contributed
+    // most; a click on a node in the summary shows only that node.
+    const now = Math.floor(Date.now() / 1000);
+    await page.goto(agent.url + `?from=${now - 3600}&to=${now}&sfrom=${now - 33 * 60}&sto=${now - 27 * 60}&by=node`);
+    await idle(page);
+    await expect.poll(() => nodes.first().getAttribute('data-node')).toBe('node-c');
+    expect(await nodes.evaluateAll((ns) => ns.map((n) => (n as HTMLElement).dataset.node))).toEqual(expect.arrayContaining(['node-a', 'node-b', 'node-c']));
+    expect(await shareOf(0)).toBeGreaterThan(50); // 60 of 92 samples/s, plus this machine's
+    await nodes.nth(1).click();
+    await idle(page);
+    const second = (await state(page)).get('sel')!;
+    expect(second).toMatch(/^\{node="[^"]+"\}$/);
+    await expect.poll(() => nodes.evaluateAll((ns) => ns.map((n) => `node="${(n as HTMLElement).dataset.node}"`))).toEqual([second.slice(1, -1)]);
+    expect(await page.locator('#nodes-summary').textContent()).toMatch(/^from 1 node:.*100\.0%/);
+    await shot(page, '15-node-spike');
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+
   test('live data from the agent: spin burns 50/30/20 in func_a/func_b/func_c', async () => {
     const { page, errors } = await open('?range=5m&sel=' + encodeURIComponent('{comm="spin"}') + '&tab=top');
     const self = async (name: string) => Number((await page.locator(`#top-table tr[data-name=${name}] td`).nth(1).textContent())!.replace(/,/g, ''));

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { defaults, diffParams, format, formatSelector, parse, parseSelector, seconds, seriesStep } from '../../src/state';
+import { defaults, diffParams, escapeRegex, format, formatSelector, nodesOf, parse, parseSelector, seconds, seriesStep, shares, withNodes } from '../../src/state';
 
 describe('URL state', () => {
   test('defaults make an empty query', () => {
@@ -39,6 +39,8 @@ test('series steps divide into 10 s windows and give at most 300 points', () => 
     expect(r / seriesStep(r)).toBeLessThanOrEqual(300);
     expect(seriesStep(r) % 10).toBe(0);
   }
+  for (const r of [60, 3600, 86400, 1e6]) expect(r / seriesStep(r, 60)).toBeLessThanOrEqual(60);
+  expect(seriesStep(3600, 60)).toBe(60);
 });
 
 describe('selectors', () => {
@@ -69,5 +71,50 @@ describe('comparisons', () => {
   });
   test('another selector over the same range', () => {
     expect(diffParams({ ...s, cmp: 'sel', bsel: '{comm="db"}' })).toMatchObject({ base_from: 'now-1h', base_to: 'now', base_selector: '{comm="db"}' });
+  });
+});
+
+describe('nodes', () => {
+  test('the picker reads what it writes', () => {
+    const cases: Array<[string, string[]]> = [
+      ['', []],
+      ['{comm="api"}', []],
+      ['{node="n1"}', ['n1']],
+      ['{node=~"n1|n2"}', ['n1', 'n2']],
+      ['{comm="api",node=~"ip-10-0-1-2\\\\.ec2\\\\.internal|n\\\\(2\\\\)"}', ['ip-10-0-1-2.ec2.internal', 'n(2)']],
+    ];
+    for (const [sel, nodes] of cases) {
+      expect(nodesOf(sel)).toEqual(nodes);
+      expect(nodesOf(withNodes(sel, nodes)!)).toEqual(nodes);
+    }
+    for (const nodes of [['a.b', 'c|d', 'e\\f', '[g]^$'], ['x'], []]) expect(nodesOf(withNodes('{pid="1"}', nodes)!)).toEqual([...nodes].sort());
+    expect(withNodes('', ['n2', 'n1', 'n2'])).toBe('{node=~"n1|n2"}');
+  });
+  test('what a list cannot say is null', () => {
+    for (const sel of ['{node=~"n.*"}', '{node!="n1"}', '{node!~"n1|n2"}', '{node="n1",node="n2"}', '{node=~"n1|"}', '{node=""}', '{node=~"a\\\\d"}', '{node="n1"']) {
+      expect(nodesOf(sel)).toBeNull();
+    }
+  });
+  test('editing keeps the other matchers and the node matcher\'s place', () => {
+    expect(withNodes('{comm="api"}', ['n1'])).toBe('{comm="api",node="n1"}');
+    expect(withNodes('{node="n1",comm="api"}', ['n1', 'n2'])).toBe('{node=~"n1|n2",comm="api"}');
+    expect(withNodes('{comm="api",node=~"n.*",pid="1"}', ['n3'])).toBe('{comm="api",node="n3",pid="1"}');
+    expect(withNodes('{node="n1",comm="api"}', [])).toBe('{comm="api"}');
+    expect(withNodes('{node="n1"}', [])).toBe('');
+    expect(withNodes('', ['n1', 'n1'])).toBe('{node="n1"}');
+    expect(withNodes('{bad', ['n1'])).toBeNull();
+  });
+  test('escapeRegex quotes every RE2 metacharacter', () => {
+    expect(escapeRegex('a.b*c+d?e(f)g|h[i]j{k}l^m$n\\o')).toBe('a\\.b\\*c\\+d\\?e\\(f\\)g\\|h\\[i\\]j\\{k\\}l\\^m\\$n\\\\o');
+  });
+  test('shares: largest first, other last, empty values dropped', () => {
+    const got = shares([
+      { value: 'b', samples: 30, points: [] },
+      { value: '', other: true, samples: 10, points: [] },
+      { value: 'a', samples: 60, points: [] },
+      { value: 'c', samples: 0, points: [] },
+    ] as never);
+    expect(got.map((s) => [s.value, s.other, s.share])).toEqual([['a', false, 0.6], ['b', false, 0.3], ['', true, 0.1]]);
+    expect(shares([])).toEqual([]);
   });
 });
