@@ -291,7 +291,7 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	// differently; stacks are shared, as between nodes running the same
 	// binaries.
 	begin = time.Now()
-	k := fmt.Sprintf(" ARRAY JOIN range(1, %d) AS k", copies)
+	k := fmt.Sprintf(" ARRAY JOIN arrayMap(x -> x + 1, range(%d)) AS k", copies-1)
 	for _, q := range []string{
 		"INSERT INTO labelsets SELECT day, concat(node, '-c', toString(k)) AS nn, cityHash64(hash, k), names, arrayMap((n, v) -> if(n = 'node', nn, v), names, values) FROM labelsets" + k,
 		"INSERT INTO windows SELECT day, concat(node, '-c', toString(k)), start, duration, period, samples FROM windows" + k,
@@ -305,6 +305,17 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	}
 	if err := sizes(); err != nil {
 		return err
+	}
+	var total uint64
+	err = s.queryRows(ctx, "SELECT sum(count) FROM samples", func(r *rowReader) error {
+		total = r.uint64()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if want := uint64(copies) * uint64(samples[0]+samples[1]); total != want {
+		return fmt.Errorf("%d samples after copying, want %d", total, want)
 	}
 	b.Logf("copied to %d nodes in %s: %d sample rows, %d bytes on disk, %.2f bytes per row",
 		nodes*copies, time.Since(begin).Round(time.Millisecond), diskRows, bytes, float64(bytes)/float64(diskRows))
