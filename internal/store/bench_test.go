@@ -107,6 +107,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
+	stopSharedClickHouse()
 	if dataset.dir != "" {
 		os.RemoveAll(dataset.dir)
 	}

@@ -19,46 +19,47 @@ func finding(start time.Time, detector, comm string) Finding {
 func TestFindings(t *testing.T) {
 	o := testOptions()
 	o.MaxFindings = 3
-	s := openTest(t, t.TempDir(), o)
-	ctx := context.Background()
-	err := s.WriteFindings(ctx, []Finding{
-		finding(t0, "busy-poll", "api"),
-		finding(t0, "hot-debug-output", "web"),
-		finding(t0.Add(time.Minute), "busy-poll", "api"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := Query{From: t0, To: t0.Add(time.Hour)}
-	got, err := s.Findings(ctx, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 3 || got[2].Start.UnixNano() != t0.Add(time.Minute).UnixNano() || got[0].Duration != 10*time.Second {
-		t.Fatalf("findings %+v", got)
-	}
-	if f := got[1]; f.Detector != "hot-debug-output" || f.Severity != "warning" || f.Labels["comm"] != "web" || !strings.Contains(string(f.Body), `"web"`) {
-		t.Errorf("finding read back as %+v", f)
-	}
+	forEachBackend(t, o, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		err := s.WriteFindings(ctx, []Finding{
+			finding(t0, "busy-poll", "api"),
+			finding(t0, "hot-debug-output", "web"),
+			finding(t0.Add(time.Minute), "busy-poll", "api"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := Query{From: t0, To: t0.Add(time.Hour)}
+		got, err := s.Findings(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || got[2].Start.UnixNano() != t0.Add(time.Minute).UnixNano() || got[0].Duration != 10*time.Second {
+			t.Fatalf("findings %+v", got)
+		}
+		if f := got[1]; f.Detector != "hot-debug-output" || f.Severity != "warning" || f.Labels["comm"] != "web" || !strings.Contains(string(f.Body), `"web"`) {
+			t.Errorf("finding read back as %+v", f)
+		}
 
-	q := all
-	q.Selector = mustParse(t, `{comm="api"}`)
-	if got, err := s.Findings(ctx, q); err != nil || len(got) != 2 {
-		t.Errorf("{comm=\"api\"}: %d findings, %v; want 2", len(got), err)
-	}
-	q = Query{From: t0.Add(time.Second), To: t0.Add(time.Hour)}
-	if got, err := s.Findings(ctx, q); err != nil || len(got) != 1 {
-		t.Errorf("from t0+1s: %d findings, %v; want 1", len(got), err)
-	}
-	if _, err := s.Findings(ctx, Query{From: t0, To: t0}); !errors.Is(err, ErrBadQuery) {
-		t.Errorf("empty range: %v, want ErrBadQuery", err)
-	}
-	if err := s.WriteFindings(ctx, []Finding{finding(t0.Add(2*time.Minute), "busy-poll", "api")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Findings(ctx, all); !errors.Is(err, ErrTooLarge) {
-		t.Errorf("4 findings with MaxFindings 3: %v, want ErrTooLarge", err)
-	}
+		q := all
+		q.Selector = mustParse(t, `{comm="api"}`)
+		if got, err := s.Findings(ctx, q); err != nil || len(got) != 2 {
+			t.Errorf("{comm=\"api\"}: %d findings, %v; want 2", len(got), err)
+		}
+		q = Query{From: t0.Add(time.Second), To: t0.Add(time.Hour)}
+		if got, err := s.Findings(ctx, q); err != nil || len(got) != 1 {
+			t.Errorf("from t0+1s: %d findings, %v; want 1", len(got), err)
+		}
+		if _, err := s.Findings(ctx, Query{From: t0, To: t0}); !errors.Is(err, ErrBadQuery) {
+			t.Errorf("empty range: %v, want ErrBadQuery", err)
+		}
+		if err := s.WriteFindings(ctx, []Finding{finding(t0.Add(2*time.Minute), "busy-poll", "api")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Findings(ctx, all); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("4 findings with MaxFindings 3: %v, want ErrTooLarge", err)
+		}
+	})
 }
 
 // TestFindingsRetention checks that findings leave with their windows.

@@ -21,6 +21,11 @@ const maxInList = 1000
 
 // checkRange validates a query's time range against the limits.
 func (s *SQLite) checkRange(what string, from, to time.Time) error {
+	return checkRange(s.opts, what, from, to)
+}
+
+// checkRange validates a query's time range against o's limits.
+func checkRange(o Options, what string, from, to time.Time) error {
 	if from.IsZero() || to.IsZero() {
 		return fmt.Errorf("%w: %s needs both a start and an end time", ErrBadQuery, what)
 	}
@@ -28,8 +33,8 @@ func (s *SQLite) checkRange(what string, from, to time.Time) error {
 		return fmt.Errorf("%w: %s range is empty or inverted (%s to %s)", ErrBadQuery, what,
 			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
-	if r := to.Sub(from); s.opts.MaxQueryRange > 0 && r > s.opts.MaxQueryRange {
-		return fmt.Errorf("%w: %s range %s is longer than the limit %s", ErrTooLarge, what, r, s.opts.MaxQueryRange)
+	if r := to.Sub(from); o.MaxQueryRange > 0 && r > o.MaxQueryRange {
+		return fmt.Errorf("%w: %s range %s is longer than the limit %s", ErrTooLarge, what, r, o.MaxQueryRange)
 	}
 	return nil
 }
@@ -530,24 +535,13 @@ func queryIn(ctx context.Context, tx *sql.Tx, query string, ids []int64, f func(
 // bucket, zeros included. Series are sorted by total samples, largest
 // first, then by value.
 func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
-	if err := s.checkRange("series", q.From, q.To); err != nil {
+	buckets, err := checkSeries(s.opts, q)
+	if err != nil {
 		return nil, err
 	}
-	if q.Step <= 0 {
-		return nil, fmt.Errorf("%w: series step %s is not positive", ErrBadQuery, q.Step)
-	}
-	span := q.To.Sub(q.From)
-	buckets := int64(span / q.Step)
-	if span%q.Step != 0 {
-		buckets++
-	}
 	limit := int64(s.opts.MaxSeriesPoints)
-	if limit > 0 && buckets > limit {
-		return nil, fmt.Errorf("%w: series of %d steps of %s is more than the limit of %d points; use a longer step",
-			ErrTooLarge, buckets, q.Step, limit)
-	}
 	var out []Series
-	err := s.inSnapshot(ctx, func(tx *sql.Tx) error {
+	err = s.inSnapshot(ctx, func(tx *sql.Tx) error {
 		from, to := q.From.UnixNano(), q.To.UnixNano()
 		cands, err := s.candidates(ctx, tx, from, to)
 		if err != nil {
@@ -635,6 +629,27 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 		return nil, fmt.Errorf("query series: %w", err)
 	}
 	return out, nil
+}
+
+// checkSeries validates a series query against o's limits and returns
+// its number of steps.
+func checkSeries(o Options, q SeriesQuery) (int64, error) {
+	if err := checkRange(o, "series", q.From, q.To); err != nil {
+		return 0, err
+	}
+	if q.Step <= 0 {
+		return 0, fmt.Errorf("%w: series step %s is not positive", ErrBadQuery, q.Step)
+	}
+	span := q.To.Sub(q.From)
+	buckets := int64(span / q.Step)
+	if span%q.Step != 0 {
+		buckets++
+	}
+	if limit := int64(o.MaxSeriesPoints); limit > 0 && buckets > limit {
+		return 0, fmt.Errorf("%w: series of %d steps of %s is more than the limit of %d points; use a longer step",
+			ErrTooLarge, buckets, q.Step, limit)
+	}
+	return buckets, nil
 }
 
 // LabelNames lists, sorted, the names of labels with a non-empty value on

@@ -40,7 +40,7 @@ func openTest(t testing.TB, dir string, o Options) *SQLite {
 	return s
 }
 
-func write(t testing.TB, s *SQLite, ps ...*profile.Profile) {
+func write(t testing.TB, s Store, ps ...*profile.Profile) {
 	t.Helper()
 	for _, p := range ps {
 		if err := s.Write(context.Background(), p); err != nil {
@@ -49,7 +49,7 @@ func write(t testing.TB, s *SQLite, ps ...*profile.Profile) {
 	}
 }
 
-func query(t testing.TB, s *SQLite, q Query) *profile.Profile {
+func query(t testing.TB, s Store, q Query) *profile.Profile {
 	t.Helper()
 	p, err := s.Profile(context.Background(), q)
 	if err != nil {
@@ -94,50 +94,51 @@ func handmade(start time.Time) *profile.Profile {
 }
 
 func TestRoundTrip(t *testing.T) {
-	s := openTest(t, t.TempDir(), testOptions())
-	wl := newWorkload(t0)
-	var ps []*profile.Profile
-	for i := range 30 {
-		p := wl.window(i)
-		if i == 5 {
-			p = handmade(p.Start)
+	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
+		wl := newWorkload(t0)
+		var ps []*profile.Profile
+		for i := range 30 {
+			p := wl.window(i)
+			if i == 5 {
+				p = handmade(p.Start)
+			}
+			ps = append(ps, p)
 		}
-		ps = append(ps, p)
-	}
-	write(t, s, ps...)
-	tests := []struct {
-		name     string
-		from, to int // window indexes
-	}{
-		{"one window", 0, 1},
-		{"handmade", 5, 6},
-		{"several", 3, 17},
-		{"all", 0, 30},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			q := Query{From: t0.Add(time.Duration(tt.from) * wlWindow), To: t0.Add(time.Duration(tt.to) * wlWindow)}
-			got := query(t, s, q)
-			var want []*profile.Sample
-			for _, p := range ps[tt.from:tt.to] {
-				for _, smp := range p.Samples {
-					if smp.Count > 0 {
-						want = append(want, smp)
+		write(t, s, ps...)
+		tests := []struct {
+			name     string
+			from, to int // window indexes
+		}{
+			{"one window", 0, 1},
+			{"handmade", 5, 6},
+			{"several", 3, 17},
+			{"all", 0, 30},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				q := Query{From: t0.Add(time.Duration(tt.from) * wlWindow), To: t0.Add(time.Duration(tt.to) * wlWindow)}
+				got := query(t, s, q)
+				var want []*profile.Sample
+				for _, p := range ps[tt.from:tt.to] {
+					for _, smp := range p.Samples {
+						if smp.Count > 0 {
+							want = append(want, smp)
+						}
 					}
 				}
-			}
-			if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
-				t.Error(diff)
-			}
-			if !got.Start.Equal(q.From) || got.Duration != q.To.Sub(q.From) || got.Period != wlPeriod {
-				t.Errorf("got start %v duration %v period %v, want %v %v %v", got.Start, got.Duration, got.Period, q.From, q.To.Sub(q.From), wlPeriod)
-			}
-			// Merged: one sample per distinct (stack, labels).
-			if n := len(canonical(got.Samples)); n != len(got.Samples) {
-				t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
-			}
-		})
-	}
+				if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+					t.Error(diff)
+				}
+				if !got.Start.Equal(q.From) || got.Duration != q.To.Sub(q.From) || got.Period != wlPeriod {
+					t.Errorf("got start %v duration %v period %v, want %v %v %v", got.Start, got.Duration, got.Period, q.From, q.To.Sub(q.From), wlPeriod)
+				}
+				// Merged: one sample per distinct (stack, labels).
+				if n := len(canonical(got.Samples)); n != len(got.Samples) {
+					t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
+				}
+			})
+		}
+	})
 }
 
 // compare describes how two canonical profiles differ, or returns "".
@@ -179,104 +180,106 @@ func filter(ps []*profile.Profile, sel selector.Selector, keepLabels []string) [
 }
 
 func TestSelectorAndKeepLabels(t *testing.T) {
-	s := openTest(t, t.TempDir(), testOptions())
-	wl := newWorkload(t0)
-	var ps []*profile.Profile
-	for i := range 20 {
-		ps = append(ps, wl.window(i))
-	}
-	ps = append(ps, handmade(t0.Add(20*wlWindow)))
-	write(t, s, ps...)
-	tests := []struct {
-		selector string
-		keep     []string
-		wantNone bool
-	}{
-		{selector: ""},
-		{selector: `{comm="svc1"}`},
-		{selector: `{comm="svc1"}`, keep: []string{"comm"}},
-		{selector: `{pod=~"svc2-.*",thread!="worker-0"}`, keep: []string{"pod", "thread"}},
-		{selector: `{pod=""}`, keep: []string{"comm", "pod"}},
-		{selector: `{container!~".+"}`},
-		{selector: `{comm="server"}`, keep: []string{}},
-		{selector: "", keep: []string{"comm", "no_such_label"}},
-		{selector: `{comm="nobody"}`, wantNone: true},
-		{selector: `{node="n1"}`, keep: []string{"node"}},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%s keep %q", tt.selector, tt.keep), func(t *testing.T) {
-			sel, err := selector.Parse(tt.selector)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := Query{From: t0, To: t0.Add(time.Hour), Selector: sel, KeepLabels: tt.keep}
-			got := query(t, s, q)
-			want := filter(ps, sel, tt.keep)
-			if tt.wantNone != (len(want) == 0) {
-				t.Fatalf("test expects none: %v, but %d samples match", tt.wantNone, len(want))
-			}
-			if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
-				t.Error(diff)
-			}
-			if n := len(canonical(got.Samples)); n != len(got.Samples) {
-				t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
-			}
-		})
-	}
+	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
+		wl := newWorkload(t0)
+		var ps []*profile.Profile
+		for i := range 20 {
+			ps = append(ps, wl.window(i))
+		}
+		ps = append(ps, handmade(t0.Add(20*wlWindow)))
+		write(t, s, ps...)
+		tests := []struct {
+			selector string
+			keep     []string
+			wantNone bool
+		}{
+			{selector: ""},
+			{selector: `{comm="svc1"}`},
+			{selector: `{comm="svc1"}`, keep: []string{"comm"}},
+			{selector: `{pod=~"svc2-.*",thread!="worker-0"}`, keep: []string{"pod", "thread"}},
+			{selector: `{pod=""}`, keep: []string{"comm", "pod"}},
+			{selector: `{container!~".+"}`},
+			{selector: `{comm="server"}`, keep: []string{}},
+			{selector: "", keep: []string{"comm", "no_such_label"}},
+			{selector: `{comm="nobody"}`, wantNone: true},
+			{selector: `{node="n1"}`, keep: []string{"node"}},
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s keep %q", tt.selector, tt.keep), func(t *testing.T) {
+				sel, err := selector.Parse(tt.selector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q := Query{From: t0, To: t0.Add(time.Hour), Selector: sel, KeepLabels: tt.keep}
+				got := query(t, s, q)
+				want := filter(ps, sel, tt.keep)
+				if tt.wantNone != (len(want) == 0) {
+					t.Fatalf("test expects none: %v, but %d samples match", tt.wantNone, len(want))
+				}
+				if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+					t.Error(diff)
+				}
+				if n := len(canonical(got.Samples)); n != len(got.Samples) {
+					t.Errorf("%d samples for %d distinct ones", len(got.Samples), n)
+				}
+			})
+		}
+	})
 }
 
 func TestSeries(t *testing.T) {
-	s := openTest(t, t.TempDir(), testOptions())
-	// Windows every 10 s; window i has i+1 samples of comm "a" and 1 of "b"
-	// (none of b when i%3 == 0), and one without a comm.
-	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
-	for i := range 12 {
-		p := &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Duration: wlWindow, Period: wlPeriod}
-		p.Samples = append(p.Samples,
-			&profile.Sample{Stack: []*profile.Location{loc}, Count: int64(i + 1), Labels: map[string]string{"comm": "a", "pid": "1"}},
-			&profile.Sample{Stack: []*profile.Location{loc}, Count: 100, Labels: map[string]string{"pid": "3"}})
-		if i%3 != 0 {
-			p.Samples = append(p.Samples, &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: map[string]string{"comm": "b", "pid": "2"}})
-		}
-		write(t, s, p)
-	}
-	pts := func(step time.Duration, from time.Time, ns ...int64) []Point {
-		var out []Point
-		for i, n := range ns {
-			out = append(out, Point{Time: from.Add(time.Duration(i) * step), Samples: n})
-		}
-		return out
-	}
-	tests := []struct {
-		name string
-		q    SeriesQuery
-		want []Series
-	}{
-		{"by comm, 30 s", SeriesQuery{Query: Query{From: t0, To: t0.Add(2 * time.Minute)}, By: "comm", Step: 30 * time.Second}, []Series{
-			{Value: "", Points: pts(30*time.Second, t0, 300, 300, 300, 300)},
-			{Value: "a", Points: pts(30*time.Second, t0, 1+2+3, 4+5+6, 7+8+9, 10+11+12)},
-			{Value: "b", Points: pts(30*time.Second, t0, 2, 2, 2, 2)},
-		}},
-		{"selector, partial last step", SeriesQuery{Query: Query{From: t0.Add(10 * time.Second), To: t0.Add(75 * time.Second), Selector: mustParse(t, `{comm=~"a|b"}`)}, By: "comm", Step: 20 * time.Second}, []Series{
-			{Value: "a", Points: pts(20*time.Second, t0.Add(10*time.Second), 2+3, 4+5, 6+7, 8)},
-			{Value: "b", Points: pts(20*time.Second, t0.Add(10*time.Second), 2, 1, 1, 1)},
-		}},
-		{"no by", SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Minute)}, Step: time.Minute}, []Series{
-			{Value: "", Points: pts(time.Minute, t0, 21+4+600)},
-		}},
-		{"nothing in range", SeriesQuery{Query: Query{From: t0.Add(-time.Hour), To: t0}, By: "comm", Step: time.Minute}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.Series(context.Background(), tt.q)
-			if err != nil {
-				t.Fatal(err)
+	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
+		// Windows every 10 s; window i has i+1 samples of comm "a" and 1 of "b"
+		// (none of b when i%3 == 0), and one without a comm.
+		loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+		for i := range 12 {
+			p := &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Duration: wlWindow, Period: wlPeriod}
+			p.Samples = append(p.Samples,
+				&profile.Sample{Stack: []*profile.Location{loc}, Count: int64(i + 1), Labels: map[string]string{"comm": "a", "pid": "1"}},
+				&profile.Sample{Stack: []*profile.Location{loc}, Count: 100, Labels: map[string]string{"pid": "3"}})
+			if i%3 != 0 {
+				p.Samples = append(p.Samples, &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: map[string]string{"comm": "b", "pid": "2"}})
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			write(t, s, p)
+		}
+		pts := func(step time.Duration, from time.Time, ns ...int64) []Point {
+			var out []Point
+			for i, n := range ns {
+				out = append(out, Point{Time: from.Add(time.Duration(i) * step), Samples: n})
 			}
-		})
-	}
+			return out
+		}
+		tests := []struct {
+			name string
+			q    SeriesQuery
+			want []Series
+		}{
+			{"by comm, 30 s", SeriesQuery{Query: Query{From: t0, To: t0.Add(2 * time.Minute)}, By: "comm", Step: 30 * time.Second}, []Series{
+				{Value: "", Points: pts(30*time.Second, t0, 300, 300, 300, 300)},
+				{Value: "a", Points: pts(30*time.Second, t0, 1+2+3, 4+5+6, 7+8+9, 10+11+12)},
+				{Value: "b", Points: pts(30*time.Second, t0, 2, 2, 2, 2)},
+			}},
+			{"selector, partial last step", SeriesQuery{Query: Query{From: t0.Add(10 * time.Second), To: t0.Add(75 * time.Second), Selector: mustParse(t, `{comm=~"a|b"}`)}, By: "comm", Step: 20 * time.Second}, []Series{
+				{Value: "a", Points: pts(20*time.Second, t0.Add(10*time.Second), 2+3, 4+5, 6+7, 8)},
+				{Value: "b", Points: pts(20*time.Second, t0.Add(10*time.Second), 2, 1, 1, 1)},
+			}},
+			{"no by", SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Minute)}, Step: time.Minute}, []Series{
+				{Value: "", Points: pts(time.Minute, t0, 21+4+600)},
+			}},
+			{"nothing in range", SeriesQuery{Query: Query{From: t0.Add(-time.Hour), To: t0}, By: "comm", Step: time.Minute}, nil},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				got, err := s.Series(context.Background(), tt.q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("got  %+v\nwant %+v", got, tt.want)
+				}
+			})
+		}
+	})
 }
 
 func mustParse(t *testing.T, text string) selector.Selector {
@@ -289,50 +292,51 @@ func mustParse(t *testing.T, text string) selector.Selector {
 }
 
 func TestLabels(t *testing.T) {
-	s := openTest(t, t.TempDir(), testOptions())
-	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
-	sample := func(labels map[string]string) *profile.Sample {
-		return &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: labels}
-	}
-	write(t, s,
-		&profile.Profile{Start: t0, Samples: []*profile.Sample{
-			sample(map[string]string{"comm": "a", "pod": "p1"}),
-			sample(map[string]string{"comm": "b", "pod": ""}),
-		}},
-		&profile.Profile{Start: t0.Add(time.Hour), Samples: []*profile.Sample{
-			sample(map[string]string{"comm": "c", "node": "n"}),
-		}},
-	)
-	ctx := context.Background()
-	tests := []struct {
-		name       string
-		from, to   time.Time
-		names      []string
-		commValues []string
-	}{
-		{"first", t0, t0.Add(time.Minute), []string{"comm", "pod"}, []string{"a", "b"}},
-		{"second", t0.Add(time.Minute), t0.Add(2 * time.Hour), []string{"comm", "node"}, []string{"c"}},
-		{"both", t0, t0.Add(2 * time.Hour), []string{"comm", "node", "pod"}, []string{"a", "b", "c"}},
-		{"none", t0.Add(-time.Hour), t0, []string{}, []string{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			names, err := s.LabelNames(ctx, tt.from, tt.to)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(names, tt.names) {
-				t.Errorf("names %q, want %q", names, tt.names)
-			}
-			values, err := s.LabelValues(ctx, "comm", tt.from, tt.to)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(values, tt.commValues) {
-				t.Errorf("comm values %q, want %q", values, tt.commValues)
-			}
-		})
-	}
+	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
+		loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+		sample := func(labels map[string]string) *profile.Sample {
+			return &profile.Sample{Stack: []*profile.Location{loc}, Count: 1, Labels: labels}
+		}
+		write(t, s,
+			&profile.Profile{Start: t0, Samples: []*profile.Sample{
+				sample(map[string]string{"comm": "a", "pod": "p1"}),
+				sample(map[string]string{"comm": "b", "pod": ""}),
+			}},
+			&profile.Profile{Start: t0.Add(time.Hour), Samples: []*profile.Sample{
+				sample(map[string]string{"comm": "c", "node": "n"}),
+			}},
+		)
+		ctx := context.Background()
+		tests := []struct {
+			name       string
+			from, to   time.Time
+			names      []string
+			commValues []string
+		}{
+			{"first", t0, t0.Add(time.Minute), []string{"comm", "pod"}, []string{"a", "b"}},
+			{"second", t0.Add(time.Minute), t0.Add(2 * time.Hour), []string{"comm", "node"}, []string{"c"}},
+			{"both", t0, t0.Add(2 * time.Hour), []string{"comm", "node", "pod"}, []string{"a", "b", "c"}},
+			{"none", t0.Add(-time.Hour), t0, []string{}, []string{}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				names, err := s.LabelNames(ctx, tt.from, tt.to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(names, tt.names) {
+					t.Errorf("names %q, want %q", names, tt.names)
+				}
+				values, err := s.LabelValues(ctx, "comm", tt.from, tt.to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(values, tt.commValues) {
+					t.Errorf("comm values %q, want %q", values, tt.commValues)
+				}
+			})
+		}
+	})
 }
 
 func TestQueryErrors(t *testing.T) {
@@ -340,53 +344,54 @@ func TestQueryErrors(t *testing.T) {
 	o.MaxQueryRange = 24 * time.Hour
 	o.MaxStacks = 100
 	o.MaxSeriesPoints = 1000
-	s := openTest(t, t.TempDir(), o)
-	wl := newWorkload(t0)
-	write(t, s, wl.window(0), wl.window(1))
-	ctx := context.Background()
-	hour := Query{From: t0, To: t0.Add(time.Hour)}
-	tests := []struct {
-		name string
-		run  func() error
-		want error
-	}{
-		{"inverted", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(-1)}); return err }, ErrBadQuery},
-		{"empty", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0}); return err }, ErrBadQuery},
-		{"no start", func() error { _, err := s.Profile(ctx, Query{To: t0}); return err }, ErrBadQuery},
-		{"too long", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(25 * time.Hour)}); return err }, ErrTooLarge},
-		{"too many stacks", func() error { _, err := s.Profile(ctx, hour); return err }, ErrTooLarge},
-		{"few enough stacks", func() error {
-			_, err := s.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour), Selector: mustParse(t, `{pid="1001"}`)})
-			return err
-		}, nil},
-		{"zero step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm"}); return err }, ErrBadQuery},
-		{"negative step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, Step: -time.Second}); return err }, ErrBadQuery},
-		{"too many steps", func() error {
-			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Second})
-			return err
-		}, ErrTooLarge},
-		{"too many series", func() error {
-			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "pid", Step: time.Minute})
-			return err
-		}, ErrTooLarge},
-		{"few enough series", func() error {
-			_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Minute})
-			return err
-		}, nil},
-		{"label range", func() error { _, err := s.LabelNames(ctx, t0, t0); return err }, ErrBadQuery},
-		{"label values range", func() error { _, err := s.LabelValues(ctx, "comm", t0, t0.Add(48*time.Hour)); return err }, ErrTooLarge},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.run()
-			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
-			if err != nil && strings.Contains(err.Error(), "\n") {
-				t.Errorf("message is not one line: %q", err)
-			}
-		})
-	}
+	forEachBackend(t, o, func(t *testing.T, s Store) {
+		wl := newWorkload(t0)
+		write(t, s, wl.window(0), wl.window(1))
+		ctx := context.Background()
+		hour := Query{From: t0, To: t0.Add(time.Hour)}
+		tests := []struct {
+			name string
+			run  func() error
+			want error
+		}{
+			{"inverted", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(-1)}); return err }, ErrBadQuery},
+			{"empty", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0}); return err }, ErrBadQuery},
+			{"no start", func() error { _, err := s.Profile(ctx, Query{To: t0}); return err }, ErrBadQuery},
+			{"too long", func() error { _, err := s.Profile(ctx, Query{From: t0, To: t0.Add(25 * time.Hour)}); return err }, ErrTooLarge},
+			{"too many stacks", func() error { _, err := s.Profile(ctx, hour); return err }, ErrTooLarge},
+			{"few enough stacks", func() error {
+				_, err := s.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour), Selector: mustParse(t, `{pid="1001"}`)})
+				return err
+			}, nil},
+			{"zero step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm"}); return err }, ErrBadQuery},
+			{"negative step", func() error { _, err := s.Series(ctx, SeriesQuery{Query: hour, Step: -time.Second}); return err }, ErrBadQuery},
+			{"too many steps", func() error {
+				_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Second})
+				return err
+			}, ErrTooLarge},
+			{"too many series", func() error {
+				_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "pid", Step: time.Minute})
+				return err
+			}, ErrTooLarge},
+			{"few enough series", func() error {
+				_, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: time.Minute})
+				return err
+			}, nil},
+			{"label range", func() error { _, err := s.LabelNames(ctx, t0, t0); return err }, ErrBadQuery},
+			{"label values range", func() error { _, err := s.LabelValues(ctx, "comm", t0, t0.Add(48*time.Hour)); return err }, ErrTooLarge},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				err := tt.run()
+				if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+					t.Fatalf("got %v, want %v", err, tt.want)
+				}
+				if err != nil && strings.Contains(err.Error(), "\n") {
+					t.Errorf("message is not one line: %q", err)
+				}
+			})
+		}
+	})
 }
 
 func TestLocked(t *testing.T) {

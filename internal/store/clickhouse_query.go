@@ -1,0 +1,373 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp/syntax"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/selector"
+)
+
+// chCondition is sel as an SQL condition over the names and values columns
+// of labelsets or findings: a missing label has the empty value, and a
+// regular expression matches the whole value with Go's semantics.
+func chCondition(sel selector.Selector) (string, error) {
+	if len(sel) == 0 {
+		return "1", nil
+	}
+	parts := make([]string, len(sel))
+	for i, m := range sel {
+		v := "values[indexOf(names, " + quote(m.Name) + ")]"
+		switch m.Op {
+		case selector.Equal:
+			parts[i] = v + " = " + quote(m.Value)
+		case selector.NotEqual:
+			parts[i] = v + " != " + quote(m.Value)
+		case selector.Match, selector.NotMatch:
+			re, err := chRegexp(m.Value)
+			if err != nil {
+				return "", fmt.Errorf("%w: regular expression %q: %v", ErrBadQuery, m.Value, err)
+			}
+			parts[i] = "match(" + v + ", " + quote(re) + ")"
+			if m.Op == selector.NotMatch {
+				parts[i] = "NOT " + parts[i]
+			}
+		default:
+			return "", fmt.Errorf("%w: matcher operator %q", ErrBadQuery, m.Op)
+		}
+	}
+	return strings.Join(parts, " AND "), nil
+}
+
+// chRegexp rewrites re, anchored at both ends as the selector does, into
+// the syntax both Go and ClickHouse's RE2 read the same way: Go prints the
+// parsed expression with its flags spelled out, so that "." keeps not
+// matching a newline (ClickHouse's default is the opposite) and Go-only
+// spellings such as (?<name>…) become RE2's.
+func chRegexp(re string) (string, error) {
+	r, err := syntax.Parse("^(?:"+re+")$", syntax.Perl)
+	if err != nil {
+		return "", err
+	}
+	return r.String(), nil
+}
+
+// chRange is what every query's WHERE starts with: the days (partitions)
+// and the window starts of [from, to).
+func chRange(from, to time.Time) string {
+	return fmt.Sprintf("%s AND start >= %d AND start < %d", chDays(from, to), from.UnixNano(), to.UnixNano())
+}
+
+func chDays(from, to time.Time) string {
+	return fmt.Sprintf("day BETWEEN %s AND %s", dateLit(dayOf(from)), dateLit(dayOf(to.Add(-1))))
+}
+
+// chSamples is the WHERE condition of the samples of [from, to) whose
+// label sets match cond.
+func chSamples(cond string, from, to time.Time) string {
+	w := chRange(from, to)
+	if cond != "1" {
+		w += " AND labels IN (SELECT hash FROM labelsets WHERE " + chDays(from, to) + " AND " + cond + ")"
+	}
+	return w
+}
+
+// queryRows runs a SELECT on the first host.
+func (c *ClickHouse) queryRows(ctx context.Context, q string, f func(r *rowReader) error) error {
+	return c.hosts[0].query(ctx, q, chQuerySettings, f)
+}
+
+// chQuerySettings: the whole answer is computed before it is sent, so an
+// error becomes an HTTP error rather than text after some rows.
+var chQuerySettings = url.Values{"wait_end_of_query": {"1"}}
+
+// Profile merges the samples of windows starting in [q.From, q.To) whose
+// labels match q.Selector, as SQLite.Profile does. Samples that share a
+// label set share one Labels map: treat them as read only.
+func (c *ClickHouse) Profile(ctx context.Context, q Query) (*profile.Profile, error) {
+	if err := checkRange(c.opts, "profile", q.From, q.To); err != nil {
+		return nil, err
+	}
+	p, err := c.profile(ctx, q)
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrBadQuery) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("query profile: %w", err)
+	}
+	return p, nil
+}
+
+func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, error) {
+	cond, err := chCondition(q.Selector)
+	if err != nil {
+		return nil, err
+	}
+	where := chSamples(cond, q.From, q.To)
+	kn, kv := "names", "values"
+	switch {
+	case q.KeepLabels == nil:
+	case len(q.KeepLabels) == 0:
+		kn, kv = "emptyArrayString()", "emptyArrayString()"
+	default:
+		// ClickHouse 18.16 loses columns that only a lambda's body uses
+		// ("Unknown identifier"), so the arrays are spelled out per name.
+		has := make([]string, len(q.KeepLabels))
+		vals := make([]string, len(q.KeepLabels))
+		for i, k := range q.KeepLabels {
+			has[i] = "has(names, " + quote(k) + ")"
+			vals[i] = "values[indexOf(names, " + quote(k) + ")]"
+		}
+		present := "[" + strings.Join(has, ", ") + "]"
+		kn = "arrayFilter((k, p) -> p, " + quoteList(q.KeepLabels) + ", " + present + ")"
+		kv = "arrayFilter((v, p) -> p, [" + strings.Join(vals, ", ") + "], " + present + ")"
+	}
+	limit := ""
+	if c.opts.MaxStacks > 0 {
+		limit = " LIMIT " + strconv.Itoa(c.opts.MaxStacks+1)
+	}
+	// Sum per (label set, stack) near the data, then merge label sets that
+	// keep the same labels.
+	sql := "SELECT stack, kn, kv, sum(n) FROM (SELECT labels, stack, sum(count) AS n FROM samples WHERE " + where +
+		" GROUP BY labels, stack) AS s ANY INNER JOIN (SELECT hash AS labels, any(" + kn + ") AS kn, any(" + kv + ") AS kv FROM labelsets WHERE " +
+		chDays(q.From, q.To) + " AND " + cond + " GROUP BY hash) AS l USING labels GROUP BY stack, kn, kv" + limit
+	type row struct {
+		stack  uint64
+		labels map[string]string
+		count  int64
+	}
+	var rows []row
+	groups := map[string]map[string]string{}
+	var key []byte
+	err = c.queryRows(ctx, sql, func(r *rowReader) error {
+		st, names, values, n := r.uint64(), r.strings(), r.strings(), r.int64()
+		if len(names) != len(values) {
+			return fmt.Errorf("label set of %d names and %d values", len(names), len(values))
+		}
+		key = key[:0]
+		for i := range names {
+			key = appendString(appendString(key, names[i]), values[i])
+		}
+		l, ok := groups[string(key)]
+		if !ok {
+			l = make(map[string]string, len(names))
+			for i := range names {
+				l[names[i]] = values[i]
+			}
+			groups[string(key)] = l
+		}
+		rows = append(rows, row{st, l, n})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.opts.MaxStacks > 0 && len(rows) > c.opts.MaxStacks {
+		return nil, fmt.Errorf("%w: profile has more than %d distinct samples; narrow the selector or the range, or keep fewer labels",
+			ErrTooLarge, c.opts.MaxStacks)
+	}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From)}
+	if p.Period, err = c.period(ctx, q.From, q.To); err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return p, nil
+	}
+	stacks := map[uint64][]*profile.Location{}
+	err = c.queryRows(ctx, "SELECT hash, any(body) FROM stacks WHERE "+chDays(q.From, q.To)+
+		" AND hash IN (SELECT stack FROM samples WHERE "+where+") GROUP BY hash", func(r *rowReader) error {
+		h, b := r.uint64(), r.bytes()
+		if r.err != nil {
+			return nil
+		}
+		s, err := profile.DecodeStack(b)
+		if err != nil {
+			return fmt.Errorf("stack %x: %w", h, err)
+		}
+		stacks[h] = s
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read stacks: %w", err)
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmpUint(a.stack, b.stack) })
+	p.Samples = make([]*profile.Sample, len(rows))
+	for i, r := range rows {
+		s, ok := stacks[r.stack]
+		if !ok {
+			return nil, fmt.Errorf("samples refer to stack %x, which is not stored with their day", r.stack)
+		}
+		p.Samples[i] = &profile.Sample{Stack: s, Count: r.count, Labels: r.labels}
+	}
+	return p, nil
+}
+
+// period returns the sampling period most windows in [from, to) have.
+func (c *ClickHouse) period(ctx context.Context, from, to time.Time) (time.Duration, error) {
+	var p int64
+	err := c.queryRows(ctx, "SELECT period FROM windows WHERE "+chRange(from, to)+
+		" GROUP BY period ORDER BY count() DESC, period LIMIT 1", func(r *rowReader) error {
+		p = r.int64()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read windows: %w", err)
+	}
+	return time.Duration(p), nil
+}
+
+// Series counts samples per step per value of q.By, as SQLite.Series does.
+func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
+	buckets, err := checkSeries(c.opts, q)
+	if err != nil {
+		return nil, err
+	}
+	cond, err := chCondition(q.Selector)
+	if err != nil {
+		return nil, err
+	}
+	from := q.From.UnixNano()
+	limit := ""
+	if c.opts.MaxSeriesPoints > 0 {
+		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
+	}
+	sql := fmt.Sprintf("SELECT v, b, sum(n) FROM (SELECT labels, intDiv(start - %d, %d) AS b, sum(count) AS n FROM samples WHERE %s"+
+		" GROUP BY labels, b) AS s ANY INNER JOIN (SELECT hash AS labels, any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s"+
+		" GROUP BY hash) AS l USING labels GROUP BY v, b%s",
+		from, int64(q.Step), chSamples(cond, q.From, q.To), quote(q.By), chDays(q.From, q.To), cond, limit)
+	index := map[string]int{}
+	var out []Series
+	var totals []int64
+	limitErr := func(n int) error {
+		return fmt.Errorf("%w: more than %d series of %d steps is more than the limit of %d points; use a longer step or a narrower selector",
+			ErrTooLarge, n, buckets, c.opts.MaxSeriesPoints)
+	}
+	err = c.queryRows(ctx, sql, func(r *rowReader) error {
+		v, b, n := r.string(), r.int64(), r.int64()
+		if r.err != nil {
+			return nil
+		}
+		if b < 0 || b >= buckets {
+			return fmt.Errorf("series bucket %d out of range", b)
+		}
+		i, ok := index[v]
+		if !ok {
+			if max := int64(c.opts.MaxSeriesPoints); max > 0 && int64(len(out)+1)*buckets > max {
+				return limitErr(len(out))
+			}
+			i = len(out)
+			index[v] = i
+			s := Series{Value: v, Points: make([]Point, buckets)}
+			for j := range s.Points {
+				s.Points[j].Time = q.From.Add(time.Duration(j) * q.Step)
+			}
+			out = append(out, s)
+			totals = append(totals, 0)
+		}
+		out[i].Points[b].Samples += n
+		totals[i] += n
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("query series: %w", err)
+	}
+	order := make([]int, len(out))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if totals[a] != totals[b] {
+			return cmp.Compare(totals[b], totals[a])
+		}
+		return strings.Compare(out[a].Value, out[b].Value)
+	})
+	if len(out) == 0 {
+		return nil, nil
+	}
+	sorted := make([]Series, len(out))
+	for i, j := range order {
+		sorted[i] = out[j]
+	}
+	return sorted, nil
+}
+
+// LabelNames lists, sorted, the names of labels with a non-empty value on
+// samples of windows starting in [from, to).
+func (c *ClickHouse) LabelNames(ctx context.Context, from, to time.Time) ([]string, error) {
+	return c.labelStrings(ctx, "label names", from, to,
+		"arrayJoin(arrayFilter((k, v) -> v != '', names, values))", "1")
+}
+
+// LabelValues lists, sorted, the non-empty values of label name on samples
+// of windows starting in [from, to).
+func (c *ClickHouse) LabelValues(ctx context.Context, name string, from, to time.Time) ([]string, error) {
+	v := "values[indexOf(names, " + quote(name) + ")]"
+	return c.labelStrings(ctx, "label values", from, to, v, v+" != ''")
+}
+
+func (c *ClickHouse) labelStrings(ctx context.Context, what string, from, to time.Time, expr, cond string) ([]string, error) {
+	if err := checkRange(c.opts, what, from, to); err != nil {
+		return nil, err
+	}
+	sql := "SELECT DISTINCT " + expr + " AS s FROM labelsets WHERE " + chDays(from, to) + " AND " + cond +
+		" AND hash IN (SELECT labels FROM samples WHERE " + chRange(from, to) + ") ORDER BY s"
+	out := []string{}
+	err := c.queryRows(ctx, sql, func(r *rowReader) error {
+		out = append(out, r.string())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// Findings returns the findings of examinations starting in [q.From, q.To)
+// whose labels match q.Selector, oldest first (then by node and detector).
+func (c *ClickHouse) Findings(ctx context.Context, q Query) ([]Finding, error) {
+	if err := checkRange(c.opts, "findings", q.From, q.To); err != nil {
+		return nil, err
+	}
+	cond, err := chCondition(q.Selector)
+	if err != nil {
+		return nil, err
+	}
+	limit := ""
+	if c.opts.MaxFindings > 0 {
+		limit = " LIMIT " + strconv.Itoa(c.opts.MaxFindings+1)
+	}
+	var out []Finding
+	err = c.queryRows(ctx, "SELECT start, duration, detector, severity, names, values, body FROM findings WHERE "+
+		chRange(q.From, q.To)+" AND "+cond+" ORDER BY start, node, detector, body"+limit, func(r *rowReader) error {
+		f := Finding{Start: time.Unix(0, r.int64()), Duration: time.Duration(r.int64()), Detector: r.string(), Severity: r.string()}
+		names, values := r.strings(), r.strings()
+		f.Body = []byte(r.string())
+		if len(names) != len(values) {
+			return fmt.Errorf("finding of %d label names and %d values", len(names), len(values))
+		}
+		f.Labels = make(map[string]string, len(names))
+		for i := range names {
+			f.Labels[names[i]] = values[i]
+		}
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read findings: %w", err)
+	}
+	if max := c.opts.MaxFindings; max > 0 && len(out) > max {
+		return nil, fmt.Errorf("%w: more than %d findings: narrow the range or the selector", ErrTooLarge, max)
+	}
+	return out, nil
+}
