@@ -21,10 +21,21 @@ import (
 // AgentConfig is what `flint agent` was asked to do.
 type AgentConfig struct {
 	agent.Options
+	// Listen fills Options.API, Token and AllowHosts.
+	Listen ListenConfig
+	// Warnings are what Validate allowed but the operator should fix.
+	Warnings []string
 }
 
-// Validate checks the config.
+// Validate checks the config, reads the token file and fills the API's
+// options from Listen.
 func (c *AgentConfig) Validate() error {
+	warnings, err := c.Listen.Validate()
+	if err != nil {
+		return err
+	}
+	c.Warnings = warnings
+	c.API, c.Token, c.AllowHosts = c.Listen.Endpoint, c.Listen.Token, c.Listen.AllowHosts
 	switch {
 	case c.Frequency <= 0 || c.Frequency > maxFrequency:
 		return fmt.Errorf("--frequency %d: must be between 1 and %d Hz", c.Frequency, maxFrequency)
@@ -127,7 +138,6 @@ func parseSize(s string) (int64, error) {
 
 func parseAgent(args []string) (*AgentConfig, error) {
 	c := &AgentConfig{Options: agent.DefaultOptions()}
-	c.Token = os.Getenv("FLINT_TOKEN")
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store")
@@ -135,8 +145,7 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.Var(longDuration{&c.Window}, "window", "`duration` of one stored profile")
 	fs.Var(longDuration{&c.Retention}, "retention", "drop profiles older than this `duration` (e.g. 7d; 0 keeps all)")
 	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this store `size` (e.g. 1GB; 0: no limit)")
-	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP API `address` (beyond loopback needs --token); empty: no API")
-	fs.StringVar(&c.Token, "token", c.Token, "bearer `token` the API requires (default $FLINT_TOKEN)")
+	listenFlags(fs, &c.Listen, c.API.Addr)
 	fs.StringVar(&c.Node, "node", "", "node `name` labelling every sample (default: host name)")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
 	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
@@ -164,6 +173,9 @@ func runAgent(args []string) error {
 		return err
 	}
 	logger := log.New(os.Stderr, "flint: ", log.LstdFlags)
+	for _, w := range c.Warnings {
+		logger.Printf("warning: %s", w)
+	}
 	c.Logf = logger.Printf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -6,9 +6,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -39,11 +36,14 @@ type Options struct {
 	Retention time.Duration
 	// MaxSize bounds the store in bytes; 0 means no bound.
 	MaxSize int64
-	// Listen is the HTTP API's address; "" serves no API.
-	Listen string
-	// Token, when set, is required as "Authorization: Bearer" on the API;
-	// it must be set to listen beyond loopback.
+	// API is where the HTTP API listens; an empty Addr serves no API.
+	API server.Endpoint
+	// Token, when set, is required in the API's Authorization header; it
+	// must be set to listen beyond loopback (server.Options.Token).
 	Token string
+	// AllowHosts are Host names answered without a token besides
+	// loopback ones (server.Options.AllowHosts).
+	AllowHosts []string
 	// Node labels every sample; the host name when empty.
 	Node string
 	// Transfer is the sampler's kernel-to-user path.
@@ -63,7 +63,7 @@ func DefaultOptions() Options {
 		Window:      10 * time.Second,
 		Retention:   7 * 24 * time.Hour,
 		MaxSize:     1 << 30,
-		Listen:      "127.0.0.1:7070",
+		API:         server.Endpoint{Addr: "127.0.0.1:7070"},
 		Transfer:    sampler.RingBuffer,
 		DoctorEvery: time.Minute,
 	}
@@ -124,8 +124,8 @@ func Run(ctx context.Context, o Options) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(min(runtime.NumCPU(), 2))
 	}
-	if o.Listen != "" {
-		if err := server.CheckListen(o.Listen, o.Token); err != nil {
+	if o.API.Addr != "" {
+		if _, err := o.API.Check(o.Token); err != nil {
 			return err
 		}
 	}
@@ -162,26 +162,21 @@ func Run(ctx context.Context, o Options) error {
 	a.self = a.ownLabels()
 	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, o.DataDir)
 
-	var srv *http.Server
-	if o.Listen != "" {
-		ln, err := net.Listen("tcp", o.Listen)
+	var api *server.Running
+	if o.API.Addr != "" {
+		api, err = server.Start(o.API, server.Options{
+			Store: st, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
+		})
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", o.Listen, err)
+			return err
 		}
-		srv = &http.Server{
-			Handler: server.New(server.Options{
-				Store: st, Live: a, Metrics: a.writeMetrics, Token: o.Token, Node: o.Node,
-			}),
-			ReadHeaderTimeout: 10 * time.Second,
-		}
-		go srv.Serve(ln)
-		o.Logf("serving the API on http://%s", ln.Addr())
+		o.Logf("serving the API on %s", api.URL())
 	}
 	a.loop(ctx)
-	if srv != nil {
+	if api != nil {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(shutdown)
+		api.Shutdown(shutdown)
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func (p *Profile) Proto() *profile.Profile {
 			Label:    map[string][]string{},
 			NumLabel: map[string][]int64{},
 		}
-		for _, name := range []string{LabelComm, LabelThread} {
+		for _, name := range []string{LabelComm, LabelThread, LabelNode} {
 			if v := s.Labels[name]; v != "" {
 				ps.Label[name] = []string{v}
 			}

@@ -9,6 +9,7 @@ package selector
 import (
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 )
@@ -23,6 +24,11 @@ const (
 	Match     Op = "=~"
 	NotMatch  Op = "!~"
 	maxLength    = 4096 // bytes of selector text accepted
+	// maxRegexSize bounds a regular expression's size with its repeats
+	// expanded, roughly its compiled instructions: RE2 matches in time
+	// linear in it, but 4 KB of "a{1000}" compiles to 370,000 instructions
+	// and over 100 MB. 10,000 keeps any one under 4 MB.
+	maxRegexSize = 10_000
 )
 
 // Matcher tests one label.
@@ -153,7 +159,7 @@ func (p *parser) matcher() (Matcher, error) {
 	}
 	m.Value = v
 	if m.Op == Match || m.Op == NotMatch {
-		if m.re, err = regexp.Compile("^(?:" + v + ")$"); err != nil {
+		if m.re, err = compile(v); err != nil {
 			return m, fmt.Errorf("label %s: %w", m.Name, err)
 		}
 	}
@@ -203,4 +209,38 @@ func (p *parser) errorf(format string, args ...any) error {
 
 func isNameChar(c byte, first bool) bool {
 	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || !first && '0' <= c && c <= '9'
+}
+
+// compile compiles an anchored regular expression after checking its size,
+// which it estimates from the parsed expression before expanding repeats.
+func compile(expr string) (*regexp.Regexp, error) {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil, err
+	}
+	if n := regexSize(re); n > maxRegexSize {
+		return nil, fmt.Errorf("regular expression too large: %d steps with repeats expanded, more than %d", n, maxRegexSize)
+	}
+	return regexp.Compile("^(?:" + expr + ")$")
+}
+
+// regexSize estimates the instructions re compiles to; it saturates
+// rather than overflowing.
+func regexSize(re *syntax.Regexp) int {
+	n := 1
+	switch re.Op {
+	case syntax.OpLiteral:
+		n = len(re.Rune)
+	case syntax.OpRepeat:
+		times := re.Max
+		if times < 0 {
+			times = re.Min + 1
+		}
+		n = max(times, 1) * regexSize(re.Sub[0])
+	default:
+		for _, sub := range re.Sub {
+			n += regexSize(sub)
+		}
+	}
+	return min(n, 1<<30)
 }

@@ -23,6 +23,9 @@ func TestParseAndMatch(t *testing.T) {
 		{`{pod!=""}`, false},
 		{`{comm="a\"pi"}`, false},
 		{`{comm=~"a.i|x",pid="42"}`, true},
+		// A long but small alternation, as a UI builds from picked values.
+		{`{container=~"` + strings.Repeat(`0123456789ab|`, 250) + `3f2a99"}`, true},
+		{`{comm=~"a{1000}|api"}`, true},
 	} {
 		s, err := Parse(tc.sel)
 		if err != nil {
@@ -44,6 +47,9 @@ func TestParseErrors(t *testing.T) {
 		`comm="api"`, `{comm}`, `{comm=api}`, `{comm="api"`, `{comm=="api"}`,
 		`{comm="api"} x`, `{1comm="x"}`, `{comm=~"("}`, `{comm="\q"}`, `{,}`,
 		`{a="x" b="y"}`, "{" + strings.Repeat(`a="b",`, 1000) + "}",
+		// Each under the length limit; expanded, far beyond the size limit.
+		`{comm=~"` + strings.Repeat(`(?:a{1000})`, 300) + `"}`,
+		`{comm!~"` + strings.Repeat(`[a-z]{999}x{999}`, 10) + `"}`,
 	} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)

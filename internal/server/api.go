@@ -20,22 +20,40 @@ import (
 // series together: 100 series of 11,000 points.
 const maxSeriesPoints = 100 * maxPoints
 
-// api adapts a /api/v1 handler: it needs the store, and its error becomes
-// a JSON error body with the status statusOf picks.
-func (s *server) api(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+// api adapts the /api/v1 handler of route: it needs the store and one of
+// Options.MaxQueries places, it is counted in the API's metrics, and its
+// error becomes a JSON error body with the status statusOf picks.
+func (s *server) api(route string, h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := errNoStore
-		if s.o.Store != nil {
-			err = h(w, r)
+		start := time.Now()
+		err := s.runQuery(w, r, h)
+		status := http.StatusOK
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w (the limit is %s: narrow the range or selector)", err, s.o.QueryTimeout)
+			}
+			status = statusOf(err)
+			if status == http.StatusTooManyRequests {
+				w.Header().Set("Retry-After", "1")
+			}
+			jsonError(w, status, err.Error())
 		}
-		if err == nil {
-			return
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (the limit is %s: narrow the range or selector)", err, s.o.QueryTimeout)
-		}
-		jsonError(w, statusOf(err), err.Error())
+		s.metrics.observe(route, status, time.Since(start))
 	})
+}
+
+// runQuery runs h if the store is there and a query place is free.
+func (s *server) runQuery(w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request) error) error {
+	if s.o.Store == nil {
+		return errNoStore
+	}
+	select {
+	case s.queries <- struct{}{}:
+		defer func() { <-s.queries }()
+	default:
+		return fmt.Errorf("%w (at most %d): try again in a moment", errBusy, s.o.MaxQueries)
+	}
+	return h(w, r)
 }
 
 // query parses r's query string; url.Values.Query drops what it cannot
@@ -58,8 +76,8 @@ func (s *server) storeContext(r *http.Request) (context.Context, context.CancelF
 // Parameters: from, to (times; default to=now, from=to-1h), selector (a
 // label selector; default all), format (json, pprof, folded, svg, html;
 // default json) and labels (the sample labels kept: names separated by
-// commas, "all" or empty for none; default comm, thread, pid and tid for
-// pprof, comm otherwise).
+// commas, "all" or empty for none; default comm, thread, pid, tid and node
+// for pprof, comm otherwise).
 func (s *server) handleProfile(w http.ResponseWriter, r *http.Request) error {
 	v, err := query(r)
 	if err != nil {

@@ -24,7 +24,9 @@ type fakeStore struct {
 	err        error // returned by every query when set
 	maxSamples int   // a larger profile is store.ErrTooLarge; 0: no limit
 	block      bool  // queries wait for their context to end
-	queries    []store.Query
+	// entered, when set, receives a value as each query starts.
+	entered chan struct{}
+	queries []store.Query
 }
 
 func (f *fakeStore) Write(_ context.Context, p *profile.Profile) error {
@@ -38,8 +40,11 @@ func (f *fakeStore) Write(_ context.Context, p *profile.Profile) error {
 func (f *fakeStore) begin(ctx context.Context, q store.Query) error {
 	f.mu.Lock()
 	f.queries = append(f.queries, q)
-	err, block := f.err, f.block
+	err, block, entered := f.err, f.block, f.entered
 	f.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
 	if block {
 		<-ctx.Done()
 		return fmt.Errorf("fake query: %w", ctx.Err())

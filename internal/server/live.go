@@ -19,11 +19,16 @@ import (
 //
 // works as against a Go program's own endpoint. pid is short for
 // selector={pid="PID"}; without either every process is profiled. At most
-// four live profiles run at once; more get 429.
+// four live profiles run at once; more get 429. Without a LiveProfiler
+// (flint server) it answers 501 and names the agent's URL to ask instead.
 func (s *server) handleLive(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if s.o.Live == nil {
-		textError(w, http.StatusNotFound, "this agent takes no live profiles")
+		u := "http://NODE:7070" + r.URL.Path
+		if r.URL.RawQuery != "" {
+			u += "?" + r.URL.RawQuery
+		}
+		textError(w, http.StatusNotImplemented, "flint server keeps stored profiles only: live profiles come from an agent, so ask the agent on the node, e.g. "+u)
 		return
 	}
 	v, err := url.ParseQuery(r.URL.RawQuery)

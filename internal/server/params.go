@@ -319,13 +319,14 @@ func (p *params) format() (profile.Format, error) {
 
 // labels reads which sample labels a profile keeps: a comma-separated
 // list, "all", or empty for none. The default is what each format shows:
-// pprof's tags (comm, thread, pid, tid; Proto drops the rest), and comm
-// for the others, which show only the process name. Every label kept and
-// not shown would only multiply the distinct samples.
+// pprof's tags (comm, thread, pid, tid and node, which tells the pids of a
+// fleet apart; Proto drops the rest), and comm for the others, which show
+// only the process name. Every label kept and not shown would only
+// multiply the distinct samples.
 func (p *params) labels(f profile.Format) ([]string, error) {
 	if !p.has("labels") {
 		if f == profile.FormatPprof {
-			return []string{profile.LabelComm, profile.LabelThread, profile.LabelPID, profile.LabelTID}, nil
+			return []string{profile.LabelComm, profile.LabelThread, profile.LabelPID, profile.LabelTID, profile.LabelNode}, nil
 		}
 		return []string{profile.LabelComm}, nil
 	}

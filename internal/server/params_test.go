@@ -194,6 +194,7 @@ func FuzzQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
+		r.Host = "localhost:7070"
 		w := &limitedRecorder{header: http.Header{}}
 		h.ServeHTTP(w, r)
 		switch w.status {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +23,16 @@ import (
 
 const testToken = "s3cret"
 
-// get serves one request and returns the recorded response.
+// get serves one request to 127.0.0.1:7070, or to the Host of header,
+// and returns the recorded response.
 func get(h http.Handler, method, target string, header http.Header) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, nil)
+	r.Host = "127.0.0.1:7070"
 	for k, v := range header {
+		if k == "Host" {
+			r.Host = v[0]
+			continue
+		}
 		r.Header[k] = v
 	}
 	w := httptest.NewRecorder()
@@ -34,6 +42,12 @@ func get(h http.Handler, method, target string, header http.Header) *httptest.Re
 
 func bearer(token string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + token}}
+}
+
+func basicAuth(user, password string) http.Header {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.SetBasicAuth(user, password)
+	return http.Header{"Authorization": {r.Header.Get("Authorization")}}
 }
 
 // checkError checks an error response: its status, and a body of one line
@@ -274,8 +288,16 @@ func TestHandlers(t *testing.T) {
 		{target: "/api/v1/nothing", status: 404, errMsg: "no such path"},
 		{target: "/api/v1/profile/", status: 404, errMsg: "no such path"},
 		{target: "/nothing", status: 404, errMsg: "no such path /nothing"},
-		{target: "/metrics", status: 404, errMsg: "this agent exports no metrics"},
-		{target: "/debug/pprof/profile", status: 404, errMsg: "this agent takes no live profiles"},
+		{target: "/metrics", ctype: "text/plain; version=0.0.4", check: func(t *testing.T, w *httptest.ResponseRecorder) {
+			// The API's own metrics, even without the agent's.
+			if !strings.Contains(w.Body.String(), "flint_api_queries_in_progress 0\n") {
+				t.Errorf("metrics %q", w.Body)
+			}
+		}},
+		{target: "/metrics?x=1", status: 400, errMsg: "/metrics takes no parameters"},
+		// flint server: no live profiler.
+		{target: "/debug/pprof/profile?seconds=5&pid=42", status: 501,
+			errMsg: "live profiles come from an agent, so ask the agent on the node, e.g. http://NODE:7070/debug/pprof/profile?seconds=5&pid=42"},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			h := newServer(Options{Store: newFakeStore()}, func() time.Time { return testNow })
@@ -346,13 +368,7 @@ func TestAuthAndMethods(t *testing.T) {
 	metrics.WriteString("# TYPE flint_samples_total counter\nflint_samples_total 42\n")
 	h := newServer(Options{Store: newFakeStore(), Live: &fakeLive{}, Token: testToken, Metrics: func(w io.Writer) { w.Write(metrics.Bytes()) }},
 		func() time.Time { return testNow })
-	basic := http.Header{}
-	r := httptest.NewRequest("GET", "/", nil)
-	r.SetBasicAuth("flint", testToken)
-	basic.Set("Authorization", r.Header.Get("Authorization"))
-	wrongBasic := http.Header{}
-	r.SetBasicAuth("flint", "nope")
-	wrongBasic.Set("Authorization", r.Header.Get("Authorization"))
+	basic, wrongBasic := basicAuth("flint", testToken), basicAuth("flint", "nope")
 
 	for _, tc := range []struct {
 		name, method, target string
@@ -367,6 +383,16 @@ func TestAuthAndMethods(t *testing.T) {
 		{"wrong password", "GET", "/metrics", wrongBasic, 401, "missing or wrong token"},
 		{"unknown path, no token", "GET", "/nothing", nil, 401, "missing or wrong token"},
 		{"bearer", "GET", "/api/v1/labels", bearer(testToken), 200, `["comm","pid","thread","tid"]`},
+		{"bearer scheme in any case", "GET", "/api/v1/labels", http.Header{"Authorization": {"bEARER " + testToken}}, 200, "comm"},
+		{"bearer with spaces", "GET", "/api/v1/labels", http.Header{"Authorization": {"Bearer   " + testToken + " "}}, 200, "comm"},
+		{"bearer without token", "GET", "/api/v1/labels", http.Header{"Authorization": {"Bearer"}}, 401, "missing or wrong token"},
+		{"bearer, longer token", "GET", "/api/v1/labels", bearer(testToken + "x"), 401, "missing or wrong token"},
+		{"token as basic user name", "GET", "/metrics", basicAuth(testToken, ""), 401, "missing or wrong token"},
+		{"token in the query string", "GET", "/api/v1/labels?token=" + testToken, nil, 401, "missing or wrong token"},
+		{"access_token in the query string", "GET", "/metrics?access_token=" + testToken, nil, 401, "missing or wrong token"},
+		{"token in a cookie", "GET", "/api/v1/labels", http.Header{"Cookie": {"token=" + testToken}}, 401, "missing or wrong token"},
+		{"any Host with the token", "GET", "/api/v1/labels", http.Header{"Authorization": {"Bearer " + testToken}, "Host": {"flint.example.com"}}, 200, "comm"},
+		{"any Host, no token", "GET", "/api/v1/labels", http.Header{"Host": {"flint.example.com"}}, 401, "missing or wrong token"},
 		{"basic", "GET", "/metrics", basic, 200, "flint_samples_total 42"},
 		{"HEAD", "HEAD", "/api/v1/labels", bearer(testToken), 200, ""},
 		{"HEAD live does not sample", "HEAD", "/debug/pprof/profile?seconds=300", bearer(testToken), 200, ""},
@@ -395,34 +421,165 @@ func TestAuthAndMethods(t *testing.T) {
 	}
 }
 
-func TestCheckListen(t *testing.T) {
+// TestHost checks which Host headers are answered without a token: a page
+// on another site that rebinds its name to 127.0.0.1 must not read the API.
+func TestHost(t *testing.T) {
+	h := newServer(Options{Store: newFakeStore(), AllowHosts: []string{"flint.internal", "10.1.2.3"}}, func() time.Time { return testNow })
 	for _, tc := range []struct {
-		addr, token string
-		wantErr     string
+		host, target string
+		status       int
 	}{
-		{"127.0.0.1:7070", "", ""},
-		{"127.1.2.3:7070", "", ""},
-		{"[::1]:7070", "", ""},
-		{"localhost:7070", "", ""},
-		{"LOCALHOST:0", "", ""},
-		{":7070", "", "listen on every interface needs a token"},
-		{"0.0.0.0:7070", "", "listen on 0.0.0.0 needs a token"},
-		{"10.0.0.5:7070", "", "listen on 10.0.0.5 needs a token"},
-		{"[::]:7070", "", "listen on :: needs a token"},
-		{"node.example:7070", "", "needs a token"},
-		{":7070", "t", ""},
-		{"10.0.0.5:7070", "t", ""},
-		{"7070", "", "listen address \"7070\""},
+		{"127.0.0.1:7070", "/api/v1/labels", 200},
+		{"127.0.0.1", "/api/v1/labels", 200},
+		{"127.8.9.10:80", "/api/v1/labels", 200},
+		{"[::1]:7070", "/api/v1/labels", 200},
+		{"[::1]", "/api/v1/labels", 200},
+		{"[::ffff:127.0.0.1]:7070", "/api/v1/labels", 200},
+		{"localhost:7070", "/api/v1/labels", 200},
+		{"LocalHost", "/", 200},
+		{"localhost.:7070", "/api/v1/labels", 200},
+		{"flint.internal:7070", "/api/v1/labels", 200},
+		{"FLINT.internal", "/", 200},
+		{"10.1.2.3:7070", "/api/v1/labels", 200},
+		{"evil.example", "/api/v1/labels", 421},
+		{"evil.example:7070", "/", 421},
+		{"evil.example:7070", "/metrics", 421},
+		{"evil.example:7070", "/debug/pprof/profile", 421},
+		{"localhost.evil.example", "/api/v1/labels", 421},
+		{"127.0.0.1.evil.example", "/api/v1/labels", 421},
+		{"0.0.0.0:7070", "/api/v1/labels", 421}, // browsers send it to loopback
+		{"[::]:7070", "/api/v1/labels", 421},
+		{"10.0.0.5:7070", "/api/v1/labels", 421},
+		{"sub.flint.internal", "/api/v1/labels", 421},
+		{"", "/api/v1/labels", 421},
+		{"evil.example", "/healthz", 200}, // says only "ok"
 	} {
-		t.Run(tc.addr+"/"+tc.token, func(t *testing.T) {
-			err := CheckListen(tc.addr, tc.token)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-			} else if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+		t.Run(tc.host+tc.target, func(t *testing.T) {
+			w := get(h, http.MethodGet, tc.target, http.Header{"Host": {tc.host}})
+			if tc.status == 421 {
+				checkError(t, tc.target, w, 421, "is not a name of this machine")
+			} else if w.Code != tc.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, tc.status, w.Body)
 			}
 		})
+	}
+}
+
+// TestNoCORS checks that no answer lets a page on another origin read it:
+// no Access-Control-* header on any route, preflight included.
+func TestNoCORS(t *testing.T) {
+	var h http.Handler = newServer(Options{Store: newFakeStore(), Live: &fakeLive{}}, func() time.Time { return testNow })
+	withToken := newServer(Options{Store: newFakeStore(), Live: &fakeLive{}, Token: testToken}, func() time.Time { return testNow })
+	origin := http.Header{"Origin": {"https://evil.example"}, "Access-Control-Request-Method": {"GET"}}
+	for _, target := range []string{"/", "/assets/none.js", "/healthz", "/metrics", "/api/v1/profile", "/api/v1/labels",
+		"/api/v1/series", "/api/v1/diff", "/api/v1/findings", "/api/v1/labels/comm/values", "/api/v1/nothing",
+		"/debug/pprof/profile?seconds=1", "/nothing"} {
+		for _, method := range []string{http.MethodGet, http.MethodOptions} {
+			for name, h := range map[string]http.Handler{"no token": h, "token": withToken} {
+				w := get(h, method, target, origin)
+				for k := range w.Header() {
+					if strings.HasPrefix(strings.ToLower(k), "access-control-") {
+						t.Errorf("%s %s (%s): %d with %s: %q", method, target, name, w.Code, k, w.Header()[k])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQueryLimit fills every query place with queries the store holds,
+// then checks that one more gets 429 at once, that routes without a store
+// query still answer, and that the places free up.
+func TestQueryLimit(t *testing.T) {
+	st := newFakeStore()
+	st.block, st.entered = true, make(chan struct{})
+	s := newServer(Options{Store: st, MaxQueries: 2}, func() time.Time { return testNow })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	for _, target := range []string{"/api/v1/profile", "/api/v1/labels"} {
+		go func() {
+			r := httptest.NewRequest(http.MethodGet, target, nil).WithContext(ctx)
+			r.Host = "localhost"
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, r)
+			done <- w.Code
+		}()
+	}
+	<-st.entered
+	<-st.entered
+	for _, target := range []string{"/api/v1/series", "/api/v1/findings", "/api/v1/labels/comm/values"} {
+		w := get(s, http.MethodGet, target, nil)
+		checkError(t, target, w, 429, "too many queries in progress (at most 2): try again in a moment")
+		if w.Header().Get("Retry-After") != "1" {
+			t.Errorf("%s: Retry-After %q", target, w.Header().Get("Retry-After"))
+		}
+	}
+	for _, target := range []string{"/healthz", "/", "/metrics"} {
+		if w := get(s, http.MethodGet, target, nil); w.Code != 200 {
+			t.Errorf("%s while queries are busy: %d", target, w.Code)
+		}
+	}
+	metrics := get(s, http.MethodGet, "/metrics", nil).Body.String()
+	for _, want := range []string{"flint_api_queries_in_progress 2\n", `flint_api_requests_total{route="series",code="429"} 1` + "\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
+		}
+	}
+	cancel()
+	<-done
+	<-done
+	st.mu.Lock()
+	st.block, st.entered = false, nil
+	st.mu.Unlock()
+	if w := get(s, http.MethodGet, "/api/v1/labels", nil); w.Code != 200 {
+		t.Errorf("after the queries ended: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s := newServer(Options{Store: newFakeStore(), Metrics: func(w io.Writer) { io.WriteString(w, "flint_samples_total 42\n") }},
+		func() time.Time { return testNow })
+	for _, target := range []string{"/api/v1/labels", "/api/v1/labels", "/api/v1/profile?format=folded", "/api/v1/profile?from=soon", "/api/v1/nothing"} {
+		get(s, http.MethodGet, target, nil)
+	}
+	body := get(s, http.MethodGet, "/metrics", nil).Body.String()
+	if !strings.HasPrefix(body, "flint_samples_total 42\n") {
+		t.Errorf("the agent's metrics do not come first:\n%s", body)
+	}
+	for _, want := range []string{
+		`flint_api_requests_total{route="labels",code="200"} 2`,
+		`flint_api_requests_total{route="profile",code="200"} 1`,
+		`flint_api_requests_total{route="profile",code="400"} 1`,
+		`flint_api_request_seconds_count{route="profile"} 2`,
+		`flint_api_request_seconds_sum{route="labels"} `,
+		"# TYPE flint_api_request_seconds summary",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "nothing") {
+		t.Errorf("unknown paths are counted:\n%s", body)
+	}
+}
+
+// TestPprofNode checks that pprof profiles keep the node by default, so
+// the pids of a fleet's profile stay apart (-tagfocus=node=n1).
+func TestPprofNode(t *testing.T) {
+	work, _, _ := testStack()
+	st := &fakeStore{}
+	for _, node := range []string{"n1", "n2"} {
+		st.Write(context.Background(), &profile.Profile{Start: t0, Duration: 10 * time.Second, Period: 10 * time.Millisecond,
+			Samples: []*profile.Sample{{Stack: work, Count: 3, Labels: map[string]string{profile.LabelComm: "api", profile.LabelPID: "42", profile.LabelNode: node}}}})
+	}
+	w := get(newServer(Options{Store: st}, func() time.Time { return testNow }), http.MethodGet, "/api/v1/profile?format=pprof", nil)
+	p := parsePprof(t, w.Body.Bytes())
+	var nodes []string
+	for _, s := range p.Sample {
+		nodes = append(nodes, s.Label["node"]...)
+	}
+	sort.Strings(nodes)
+	if !reflect.DeepEqual(nodes, []string{"n1", "n2"}) {
+		t.Errorf("node tags %q, want n1 and n2", nodes)
 	}
 }
