@@ -271,3 +271,24 @@ func (s *Server) DSN(db string, params ...string) string {
 
 // Dir is the directory of the server's configuration, data and log.
 func (s *Server) Dir() string { return s.dir }
+
+// StartCluster starts n servers for t, each configured with a
+// remote_servers cluster of that name whose shards are the n servers, one
+// replica each, so that a Distributed table on any of them spans all.
+func StartCluster(t testing.TB, name string, n int) []*Server {
+	t.Helper()
+	ports, err := FreePorts(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shards strings.Builder
+	for i := range n {
+		fmt.Fprintf(&shards, "<shard><replica><host>127.0.0.1</host><port>%d</port></replica></shard>", ports[2*i+1])
+	}
+	config := fmt.Sprintf("<remote_servers><%s>%s</%s></remote_servers>", name, shards.String(), name)
+	servers := make([]*Server, n)
+	for i := range n {
+		servers[i] = Start(t, WithPorts(ports[2*i], ports[2*i+1]), WithConfig(config))
+	}
+	return servers
+}

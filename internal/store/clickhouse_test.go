@@ -1,0 +1,302 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/store/chtest"
+)
+
+// chExec runs a statement on the shared server, behind the store's back.
+func chExec(t testing.TB, srv *chtest.Server, db, q string) {
+	t.Helper()
+	d, err := parseDSN(srv.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newClient(d, d.hosts[0]).exec(context.Background(), q, nil); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// chCount returns SELECT count() of a query's FROM and WHERE part.
+func chCount(t testing.TB, s *ClickHouse, fromWhere string) uint64 {
+	t.Helper()
+	var n uint64
+	err := s.queryRows(context.Background(), "SELECT count() FROM "+fromWhere, func(r *rowReader) error {
+		n = r.uint64()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestClickHouseBadInput(t *testing.T) {
+	srv := sharedClickHouse(t)
+	ports, err := chtest.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notCH := httptest.NewServer(http.NotFoundHandler())
+	defer notCH.Close()
+	pwFile := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pwFile, []byte(chtest.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	newer := newDatabase(t)
+	openClickHouse(t, newer, testOptions()).Close()
+	chExec(t, srv, dbOf(newer), "INSERT INTO meta VALUES (99, now())")
+	foreign := newDatabase(t)
+	chExec(t, srv, "default", "CREATE DATABASE "+dbOf(foreign))
+	chExec(t, srv, dbOf(foreign), "CREATE TABLE samples (x UInt8) ENGINE = Memory")
+	wrongType := newDatabase(t)
+	chExec(t, srv, "default", "CREATE DATABASE "+dbOf(wrongType))
+	chExec(t, srv, dbOf(wrongType), "CREATE TABLE stacks (day Date, node String, hash UInt32, body String) ENGINE = Memory")
+
+	tests := []struct {
+		name string
+		dsn  string
+		want string // in the error; "" for success
+		is   error
+	}{
+		{"ok", newDatabase(t), "", nil},
+		{"password", newDatabase(t, "user="+chtest.User, "password="+chtest.Password), "", nil},
+		{"password file", newDatabase(t, "user="+chtest.User, "password_file="+pwFile), "", nil},
+		{"unreachable", fmt.Sprintf("clickhouse://127.0.0.1:%d/flint?timeout=2s", ports[0]), "unreachable", nil},
+		{"not clickhouse", "clickhouse://" + strings.TrimPrefix(notCH.URL, "http://") + "/flint", "not a ClickHouse HTTP interface", nil},
+		{"wrong password", newDatabase(t, "user="+chtest.User, "password=wrong"), `refused user "flint"`, nil},
+		{"unknown user", newDatabase(t, "user=nobody"), `refused user "nobody"`, nil},
+		{"missing password file", newDatabase(t, "password_file=/nonexistent"), "password file", nil},
+		{"scheme", "http://127.0.0.1:8123/flint", "scheme", nil},
+		{"unknown parameter", newDatabase(t, "compress=1"), `parameter "compress" unknown`, nil},
+		{"bad database name", "clickhouse://127.0.0.1:8123/a-b", "database name", nil},
+		{"bad timeout", newDatabase(t, "timeout=soon"), "timeout", nil},
+		{"newer schema", newer, "schema version 99, this flint reads up to 1", ErrNewerSchema},
+		{"foreign table", foreign, "has no column day", nil},
+		{"wrong type", wrongType, "hash is UInt32", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := OpenClickHouse(context.Background(), tt.dsn, testOptions())
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Close()
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatal("opened")
+			}
+			t.Log(err)
+			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q: want one line with %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "password=") || strings.Contains(err.Error(), chtest.Password) {
+				t.Errorf("error %q shows the password", err)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %q is not %v", err, tt.is)
+			}
+		})
+	}
+}
+
+// dbOf is the database of a DSN.
+func dbOf(dsn string) string {
+	d, err := parseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	return d.database
+}
+
+func TestClickHouseConcurrentOpen(t *testing.T) {
+	dsn := newDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := OpenClickHouse(context.Background(), dsn, testOptions())
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	s := openClickHouse(t, dsn, testOptions())
+	if v, err := schemaVersionOf(context.Background(), s.hosts[0]); err != nil || v != chSchemaVersion {
+		t.Errorf("schema version %d, %v", v, err)
+	}
+}
+
+// TestClickHouseResend stops the server under a writer: the write fails
+// with one clear line, and once the server is back a resend of a window
+// that was stored, and of one that was not, stores each exactly once.
+func TestClickHouseResend(t *testing.T) {
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	s := openClickHouse(t, srv.DSN("flint", "timeout=5s"), testOptions())
+	wl := newWorkload(t0)
+	w0, w1 := wl.window(0), wl.window(1)
+	f0 := []Finding{finding(t0, "busy-poll", "api"), finding(t0, "hot-debug-output", "web")}
+	if err := s.WriteWindow(ctx, w0, f0, false); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	err := s.WriteWindow(ctx, w1, nil, false)
+	if err == nil || !strings.Contains(err.Error(), "unreachable") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("write to a stopped server: %v; want one line saying unreachable", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The answer to w0 was "lost": it is sent again, as is w1.
+	if err := s.WriteWindow(ctx, w0, f0, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteWindow(ctx, w1, []Finding{finding(t0.Add(wlWindow), "busy-poll", "api")}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteWindow(ctx, w1, []Finding{finding(t0.Add(wlWindow), "busy-poll", "api")}, true); err != nil {
+		t.Fatal(err)
+	}
+	got := query(t, s, Query{From: t0, To: t0.Add(time.Hour)})
+	if diff := compare(canonical(got.Samples), canonical(filter([]*profile.Profile{w0, w1}, nil, nil))); diff != "" {
+		t.Error(diff)
+	}
+	fs, err := s.Findings(ctx, Query{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(fs) != 3 {
+		t.Errorf("%d findings, %v; want 3", len(fs), err)
+	}
+}
+
+func TestClickHouseRetention(t *testing.T) {
+	o := testOptions()
+	o.Retention = 48 * time.Hour
+	s := openClickHouse(t, newDatabase(t), o)
+	wl := newWorkload(t0)
+	for d := range 5 {
+		p := wl.window(0)
+		p.Start = t0.Add(time.Duration(d) * 24 * time.Hour)
+		write(t, s, p)
+		if err := s.WriteFindings(context.Background(), []Finding{finding(p.Start, "busy-poll", "api")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Now is day 4, 12:00: days 0 and 1 ended more than 48 h ago.
+	s.now = func() time.Time { return t0.Add(4 * 24 * time.Hour) }
+	for range 2 { // idempotent
+		if err := s.Compact(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"samples", "labelsets", "stacks", "windows", "findings"} {
+		for d := range 5 {
+			n := chCount(t, s, table+" WHERE day = "+dateLit(dayOf(t0.Add(time.Duration(d)*24*time.Hour))))
+			if kept := d >= 2; kept != (n > 0) {
+				t.Errorf("%s of day %d: %d rows, want kept %v", table, d, n, kept)
+			}
+		}
+	}
+}
+
+// TestQuote checks that any bytes survive a trip through a literal.
+func TestQuote(t *testing.T) {
+	s := openClickHouse(t, newDatabase(t), testOptions())
+	rng := rand.New(rand.NewPCG(3, 4))
+	inputs := []string{"", "'", "\\", "\\'", "'; DROP TABLE samples; --", "\x00\x01\xff\xfe", "é€😀", "\\x41", "a\nb\tc\r"}
+	for range 200 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		inputs = append(inputs, string(b))
+	}
+	for _, in := range inputs {
+		var got string
+		err := s.queryRows(context.Background(), "SELECT "+quote(in), func(r *rowReader) error {
+			got = r.string()
+			return nil
+		})
+		if err != nil || got != in {
+			t.Errorf("%q came back as %q, %v", in, got, err)
+		}
+	}
+}
+
+func FuzzQuote(f *testing.F) {
+	f.Add("a'b\\c\x00\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		q := quote(s)
+		if len(q) < 2 || q[0] != '\'' || q[len(q)-1] != '\'' {
+			t.Fatalf("quote(%q) = %q", s, q)
+		}
+		// Inside, every quote and backslash is escaped and every byte is
+		// printable ASCII, so the literal ends where it should.
+		body := q[1 : len(q)-1]
+		for i := 0; i < len(body); i++ {
+			c := body[i]
+			if c < 0x20 || c >= 0x7f {
+				t.Fatalf("quote(%q) has byte %#x", s, c)
+			}
+			if c == '\\' {
+				i++
+				continue
+			}
+			if c == '\'' {
+				t.Fatalf("quote(%q) = %q ends early", s, q)
+			}
+		}
+	})
+}
+
+// TestClickHouseRegexp checks that selectors' regular expressions match in
+// ClickHouse as they do in Go.
+func TestClickHouseRegexp(t *testing.T) {
+	s := openClickHouse(t, newDatabase(t), testOptions())
+	values := []string{"", "a", "ab", "a\nb", "AB", "abc", "x1", "12", "é", "a.b", "svc-1", "line\n"}
+	for _, re := range []string{"a.b", "(?s)a.b", "(?i)ab", "a|ab", ".*", ".+", `\d+`, `x\d`, "é|e", `a\.b`, "[[:alpha:]]+",
+		"(?P<n>a)b", "(?<n>a)b", "svc-.*", "line$", "(?m)line$", `\w+`, "a{1,2}b?", `\Qa.b\E`, "[^a]*", `\pL`, "ab|"} {
+		goRe := regexp.MustCompile("^(?:" + re + ")$")
+		sqlRe, err := chRegexp(re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			var got uint64
+			err := s.queryRows(context.Background(), "SELECT toUInt64(match("+quote(v)+", "+quote(sqlRe)+"))", func(r *rowReader) error {
+				got = r.uint64()
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%q as %q: %v", re, sqlRe, err)
+			}
+			if want := goRe.MatchString(v); want != (got == 1) {
+				t.Errorf("%q (sent as %q) on %q: ClickHouse %v, Go %v", re, sqlRe, v, got == 1, want)
+			}
+		}
+	}
+}
