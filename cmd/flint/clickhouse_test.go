@@ -1,0 +1,185 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/store/chtest"
+)
+
+// chQuery runs sql on srv as user default and returns its TabSeparated
+// rows.
+func chQuery(t *testing.T, srv *chtest.Server, sql string) [][]string {
+	t.Helper()
+	resp, err := http.Post(srv.URL(), "text/plain", strings.NewReader(sql+" FORMAT TabSeparated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("clickhouse: %s: %d %s", sql, resp.StatusCode, body)
+	}
+	var rows [][]string
+	for line := range strings.Lines(strings.TrimSpace(string(body))) {
+		rows = append(rows, strings.Split(strings.TrimSuffix(line, "\n"), "\t"))
+	}
+	return rows
+}
+
+// waitFor polls cond every 200 ms for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+	}
+}
+
+// stopAgent stops an agent with SIGTERM, so it puts its last window and
+// sends what its spool holds, and returns its log.
+func stopAgent(t *testing.T, a *agentProc) string {
+	t.Helper()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	if err := a.cmd.Wait(); err != nil {
+		t.Errorf("agent exited with %v:\n%s", err, a.stderr)
+	}
+	return a.stderr.String()
+}
+
+// windowRuns reads node's windows from ClickHouse and splits them into runs
+// of contiguous windows (each starting where the one before ended); it
+// returns each run's length.
+func windowRuns(t *testing.T, srv *chtest.Server, db, node string) []int {
+	t.Helper()
+	rows := chQuery(t, srv, fmt.Sprintf("SELECT start, duration FROM %s.windows FINAL WHERE node = '%s' ORDER BY start", db, node))
+	var runs []int
+	var end int64
+	for _, r := range rows {
+		start, _ := strconv.ParseInt(r[0], 10, 64)
+		duration, _ := strconv.ParseInt(r[1], 10, 64)
+		// Starts are wall clock, durations monotonic: allow a slewed
+		// millisecond.
+		if len(runs) == 0 || start-end > int64(time.Millisecond) || end-start > int64(time.Millisecond) {
+			runs = append(runs, 0)
+		}
+		runs[len(runs)-1]++
+		end = start + duration
+	}
+	return runs
+}
+
+// checkNoDuplicates fails if ClickHouse holds a window, or a sample of
+// one, twice. Windows is a ReplacingMergeTree, which may have merged
+// duplicates away; samples is a MergeTree and keeps every row inserted.
+func checkNoDuplicates(t *testing.T, srv *chtest.Server, db string) {
+	t.Helper()
+	for _, sql := range []string{
+		"SELECT count(), uniqExact(labels, start, stack) FROM " + db + ".samples",
+		"SELECT count(), uniqExact(node, start) FROM " + db + ".windows",
+	} {
+		row := chQuery(t, srv, sql)[0]
+		t.Logf("%s: %v", sql, row)
+		if row[0] != row[1] || row[0] == "0" {
+			t.Errorf("%s: %s rows, %s distinct: want as many, and some", sql, row[0], row[1])
+		}
+	}
+}
+
+func spoolFiles(t *testing.T, dir string) int {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "spool", "*.window"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(names)
+}
+
+// TestAgentClickHouseOutage runs an agent writing to a real ClickHouse
+// beside the spin fixture. ClickHouse stops for 30 s and comes back:
+// every window arrives, none twice, and the outage is two log lines.
+// Then ClickHouse stops again, the agent is killed with windows in its
+// spool, and a new agent on the same data directory sends them.
+func TestAgentClickHouseOutage(t *testing.T) {
+	requireRoot(t)
+	srv := chtest.Start(t)
+	flint, spin := build(t)
+	dir := t.TempDir()
+	startSpinFor(t, spin, "300")
+	from := time.Now()
+	args := []string{"--store", srv.DSN("e2e"), "--node", "a", "--window", "2s", "--frequency", "199"}
+	a := startAgent(t, flint, dir, args...)
+	waitMetric(t, a, "flint_windows_sent_total", 2)
+
+	srv.Stop()
+	time.Sleep(30 * time.Second)
+	if n := a.metric(t, "flint_spool_windows"); n < 10 {
+		t.Errorf("%v windows in the spool after 30 s of 2 s windows without ClickHouse, want 15", n)
+	}
+	if n := a.metric(t, "flint_spool_oldest_window_age_seconds"); n < 20 {
+		t.Errorf("oldest spooled window %v s old after a 30 s outage", n)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The sender retries every 30 s at most.
+	waitFor(t, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
+	if n := a.metric(t, "flint_spool_dropped_windows_total"); n != 0 {
+		t.Errorf("%v windows dropped from a spool far from full", n)
+	}
+
+	// kill -9 with windows in the spool.
+	srv.Stop()
+	waitFor(t, 30*time.Second, "windows to wait in the spool", func() bool { return a.metric(t, "flint_spool_windows") >= 2 })
+	a.cmd.Process.Kill()
+	a.cmd.Wait()
+	log1 := a.stderr.String()
+	t.Logf("the first agent's log:\n%s", log1)
+	left := spoolFiles(t, dir)
+	if left < 2 {
+		t.Fatalf("%d windows left in the spool by kill -9, want 2 or more", left)
+	}
+	for _, want := range []struct {
+		text string
+		n    int
+	}{{"retrying", 2}, {"reachable again", 1}} {
+		if got := strings.Count(log1, want.text); got != want.n {
+			t.Errorf("log has %d lines with %q, want %d (one per outage):\n%s", got, want.text, want.n, log1)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	b := startAgent(t, flint, dir, args...)
+	waitFor(t, time.Minute, "the new agent to send the old spool", func() bool {
+		return b.metric(t, "flint_windows_sent_total") >= float64(left)
+	})
+	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"}, "selector": {`{node="a",comm="spin"}`}}
+	checkPprofSplit(t, b.get(t, "/api/v1/profile", q), []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
+	log2 := stopAgent(t, b)
+	if n := spoolFiles(t, dir); n != 0 {
+		t.Errorf("%d windows still in the spool after a clean stop with ClickHouse up:\n%s", n, log2)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "spool")); len(entries) > 1 {
+		t.Errorf("spool holds more than its lock file: %v", entries)
+	}
+
+	checkNoDuplicates(t, srv, "e2e")
+	// kill -9 lost the window in progress, and nothing else: two runs of
+	// contiguous windows, the outage inside the first.
+	runs := windowRuns(t, srv, "e2e", "a")
+	t.Logf("runs of contiguous windows: %v", runs)
+	if len(runs) != 2 || runs[0] < 25 {
+		t.Errorf("windows in ClickHouse form runs %v; want 2 runs, the first of 25 or more windows", runs)
+	}
+}
