@@ -23,11 +23,29 @@ deps:
 	fi
 	$(GO) mod download
 
-# Install what the tests need, then run them all: Go's, then the web UI's.
-check: deps test web-test
+# Install what the tests need, then run every suite: Go's, the web UI's unit
+# tests, its browser tests. A failing suite does not stop the next; the
+# target fails at the end if any failed. Each suite's log (and vitest's JSON
+# report) goes to $(RESULTS), from which .ci/count counts the tests.
+RESULTS ?= test-results/check
+check: deps web/node_modules/.package-lock.json
+	@rm -rf $(RESULTS) && mkdir -p $(RESULTS); failed=; \
+	suite() { name=$$1; shift; \
+		{ "$$@" 2>&1; echo $$? > $(RESULTS)/$$name.status; } | tee $(RESULTS)/$$name.log; \
+		test "$$(cat $(RESULTS)/$$name.status)" = 0 || failed="$$failed $$name"; }; \
+	suite go $(GO_TEST) -v; \
+	suite web-unit sh -c 'cd web && npm test -- $(VITEST_REPORT)/web-unit.json'; \
+	suite web-e2e sh -c 'cd web && npm run test:e2e -- $(VITEST_REPORT)/web-e2e.json'; \
+	set -- $$(.ci/count $(RESULTS)); echo "check: $$1 passed, $$2 failed, $$3 skipped"; \
+	test -z "$$failed" || { echo "check: failed:$$failed" >&2; exit 1; }
+
+# vitest's usual output, plus a JSON report (the file name follows).
+VITEST_REPORT = --reporter=default --reporter=json --outputFile.json=$(abspath $(RESULTS))
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
+	# No cgo: flint needs none, and only a cgo-free binary can drop its
+	# capabilities on every thread (internal/privilege).
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/flint
 
 # Rebuild the bpf2go objects from bpf/ (needs clang-19 and libbpf-dev). They
 # are committed so `go build` needs no clang; CI checks they are current.
@@ -44,8 +62,9 @@ vmlinux:
 # Every test; those that load BPF need root and skip with the reason otherwise.
 # One package at a time: the BPF tests measure CPU shares of fixtures, which
 # other packages' tests would compete with on a small machine.
+GO_TEST = $(GO) test -count=1 -p 1 ./...
 test:
-	$(GO) test -count=1 -p 1 ./...
+	$(GO_TEST)
 
 test-short:
 	$(GO) test -short ./...

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/agent"
+	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/tracefs"
 )
 
 // AgentConfig is what `flint agent` was asked to do.
@@ -201,6 +203,19 @@ func runAgent(args []string) error {
 		logger.Printf("warning: %s", w)
 	}
 	c.Logf = logger.Printf
+	c.Loaded = func() error {
+		// The agent's syscall tracer starts at its first examination; mount
+		// tracefs for it now, while CAP_SYS_ADMIN is still there. If this
+		// fails, the examination says why.
+		if c.DoctorEvery > 0 {
+			tracefs.Mount()
+		}
+		kept, err := dropPrivileges(privilege.Agent, logger.Printf)
+		if err == nil && kept != 0 {
+			logger.Printf("capabilities kept: %s", kept)
+		}
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := agent.Run(ctx, c.Options); err != nil {

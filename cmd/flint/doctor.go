@@ -17,6 +17,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/doctor"
+	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/sampler"
 )
 
@@ -140,6 +141,10 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 	findings, data, err := doctor.Run(ctx, doctor.Options{
 		PID: c.PID, Container: c.Container, Duration: c.Duration, Frequency: c.Frequency,
 		EverySyscall: c.EverySyscall,
+		Loaded: func() error {
+			_, err := dropPrivileges(privilege.Doctor, warnTo(stderr))
+			return err
+		},
 		Progress: func(p collect.Progress) {
 			if live {
 				fmt.Fprintf(stderr, "\r\033[K%s", progressLine(p))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,9 +88,7 @@ func buildDoctorTools(t *testing.T) (flint, busypoll string) {
 	t.Helper()
 	dir := t.TempDir()
 	flint, busypoll = filepath.Join(dir, "flint"), filepath.Join(dir, "busypoll")
-	if out, err := exec.Command("go", "build", "-o", flint, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build flint: %v\n%s", err, out)
-	}
+	buildFlint(t, flint)
 	if out, err := exec.Command("gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", busypoll,
 		"../../testdata/fixtures/doctor-busypoll.c").CombinedOutput(); err != nil {
 		t.Fatalf("build fixture: %v\n%s", err, out)
@@ -191,8 +190,11 @@ func TestDoctorErrors(t *testing.T) {
 	}
 }
 
-// TestDoctorMountsTracefs runs flint doctor in a mount namespace where
-// tracefs is not mounted: flint mounts it.
+// TestDoctorMountsTracefs runs flint doctor in private mount namespaces
+// without tracefs at /sys/kernel/tracing: with nothing mounted (flint mounts
+// tracefs) and with only debugfs mounted, whose tracing directory the
+// kernel automounts (flint uses it). Whatever the host has mounted, each
+// namespace starts from nothing, so the test decides the same everywhere.
 func TestDoctorMountsTracefs(t *testing.T) {
 	requireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
@@ -200,18 +202,55 @@ func TestDoctorMountsTracefs(t *testing.T) {
 	}
 	flint, busypoll := buildDoctorTools(t)
 	pid := strconv.Itoa(startBusyPoll(t, busypoll, "1"))
-	script := `umount /sys/kernel/debug/tracing 2>/dev/null; umount /sys/kernel/tracing 2>/dev/null
-test -e /sys/kernel/tracing/events && { echo "tracefs still mounted"; exit 3; }
+	hostBefore := tracingMounts(t)
+	// Unmount every tracing directory and debugfs, then check that none is
+	// left: the automount inside debugfs would otherwise answer.
+	const bare = `umount -R /sys/kernel/debug 2>/dev/null; umount /sys/kernel/tracing 2>/dev/null
+for d in /sys/kernel/tracing /sys/kernel/debug/tracing; do
+	test -e $d/events && { echo "$d still mounted"; exit 3; }
+done
+`
+	for _, tc := range []struct{ name, setup, after string }{
+		{
+			name:  "nothing mounted",
+			after: `test -e /sys/kernel/tracing/events || { echo "flint did not mount tracefs"; exit 4; }`,
+		},
+		{
+			name:  "debugfs only",
+			setup: `mount -t debugfs nodev /sys/kernel/debug || exit 5`,
+			after: `test -e /sys/kernel/tracing/events -o -e /sys/kernel/debug/tracing/events || { echo "no tracefs after the run"; exit 4; }`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := bare + tc.setup + `
 "$0" doctor -p "$1" -d 1s || exit
-test -e /sys/kernel/tracing/events || { echo "flint did not mount tracefs"; exit 4; }`
-	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, flint, pid).CombinedOutput()
+` + tc.after
+			out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, flint, pid).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "no problems found") {
+				t.Errorf("output %s", out)
+			}
+		})
+	}
+	if after := tracingMounts(t); !slices.Equal(after, hostBefore) {
+		t.Errorf("the host's tracing mounts changed: %q, were %q", after, hostBefore)
+	}
+}
+
+// tracingMounts lists this mount namespace's debugfs and tracefs mounts.
+func tracingMounts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "no problems found") {
-		t.Errorf("output %s", out)
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 2 && (f[2] == "tracefs" || f[2] == "debugfs") {
+			out = append(out, f[1]+" "+f[2])
+		}
 	}
-	if _, err := os.Stat("/sys/kernel/tracing/events"); err != nil {
-		t.Errorf("the host lost tracefs: %v", err)
-	}
+	return out
 }

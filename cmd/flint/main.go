@@ -7,6 +7,7 @@
 //	sudo flint doctor -p 4242 -d 10s
 //	sudo flint syscalls -p 4242 -d 10s
 //	flint query --since 15m --selector '{comm="api"}' -o api.svg
+//	flint server --store clickhouse://ch.internal:8123/flint --listen 0.0.0.0:7070 --token-file /run/secrets/flint
 package main
 
 import (
@@ -20,6 +21,7 @@ const usage = `flint: an eBPF CPU profiler for Linux services
 
 Usage:
   flint agent [--data-dir /var/lib/flint] [--listen 127.0.0.1:7070]
+  flint server --store clickhouse://HOST:8123/flint [--listen 127.0.0.1:7070] [--token-file FILE]
   flint record [-p PID | -a | --container ID] [-d 10s] [-F 99] [-o out.svg]
   flint query  [--since 15m] [--selector '{comm="api"}'] [-o out.svg] [--diff]
   flint top    [--since 15m] [--selector SEL] [-n 20] [--cum]
@@ -63,6 +65,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "agent":
 		return runAgent(args[1:])
+	case "server":
+		return runServer(args[1:])
 	case "record":
 		return record(args[1:])
 	case "query":

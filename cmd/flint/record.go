@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flint-dev/flint/internal/collect"
+	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
 )
@@ -196,6 +197,10 @@ func record(args []string) error {
 		Container:    c.Container,
 		KernelStacks: !c.NoKernel,
 		Transfer:     c.Transfer,
+		Loaded: func() error {
+			_, err := dropPrivileges(privilege.Record, warnTo(os.Stderr))
+			return err
+		},
 		Progress: func(p collect.Progress) {
 			if live {
 				fmt.Fprintf(os.Stderr, "\r\033[K%s", progressLine(p))

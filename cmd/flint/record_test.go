@@ -85,14 +85,24 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// buildFlint compiles flint to path as make does, without cgo, so that it
+// drops its capabilities (internal/privilege) and the tests see it work
+// without them.
+func buildFlint(t *testing.T, path string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", path, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build flint: %v\n%s", err, out)
+	}
+}
+
 // build compiles flint and the C fixture into a temporary directory.
 func build(t *testing.T) (flint, spin string) {
 	t.Helper()
 	dir := t.TempDir()
 	flint, spin = filepath.Join(dir, "flint"), filepath.Join(dir, "spin")
-	if out, err := exec.Command("go", "build", "-o", flint, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build flint: %v\n%s", err, out)
-	}
+	buildFlint(t, flint)
 	if out, err := exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-o", spin, "../../testdata/fixtures/spin.c").CombinedOutput(); err != nil {
 		t.Fatalf("build fixture: %v\n%s", err, out)
 	}

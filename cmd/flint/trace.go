@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/trace"
 )
 
@@ -185,6 +186,9 @@ func traceCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer t.Close()
+	if _, err := dropPrivileges(privilege.Trace, warnTo(stderr)); err != nil {
+		return err
+	}
 	fmt.Fprintln(stderr, "flint: "+startLine(c, t))
 	for _, f := range t.Functions() {
 		if c.Latency && f.NoLatency != "" {

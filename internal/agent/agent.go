@@ -64,6 +64,10 @@ type Options struct {
 	DoctorEvery time.Duration
 	// Logf reports events worth an operator's attention; nil discards.
 	Logf func(format string, args ...any)
+	// Loaded, if set, runs once the BPF programs are loaded and attached,
+	// before the first sample is read; its error stops the agent. flint
+	// agent drops capabilities there.
+	Loaded func() error
 }
 
 // DefaultOptions are `flint agent` without flags.
@@ -169,6 +173,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer a.sampler.Close()
+	if o.Loaded != nil {
+		if err := o.Loaded(); err != nil {
+			return err
+		}
+	}
 	a.self = a.ownLabels()
 	where := o.DataDir
 	if o.Store != "" {
@@ -201,6 +210,7 @@ func (a *Agent) openStore() (closeStore func(), err error) {
 	if a.o.Store == "" {
 		so := store.DefaultOptions()
 		so.Retention, so.MaxSize = a.o.Retention, a.o.MaxSize
+		so.Logf = a.o.Logf
 		st, err := store.Open(a.o.DataDir, so)
 		if err != nil {
 			return nil, err

@@ -26,6 +26,10 @@ type RecordOptions struct {
 	Transfer     sampler.Transfer
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
+	// Loaded, if set, runs once the sampler is loaded and attached, before
+	// the first sample is read; its error stops the recording. The
+	// commands drop capabilities there.
+	Loaded func() error
 }
 
 // Progress is the state of a running recording.
@@ -75,6 +79,11 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		return nil, err
 	}
 	defer s.Close()
+	if o.Loaded != nil {
+		if err := o.Loaded(); err != nil {
+			return nil, err
+		}
+	}
 
 	var samples []sampler.Sample
 	drain := func() error {

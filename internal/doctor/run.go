@@ -35,6 +35,10 @@ type Options struct {
 	Thresholds *Thresholds
 	// Progress, if set, is called about once a second while recording.
 	Progress func(collect.Progress)
+	// Loaded, if set, runs once the syscall tracer and the sampler are
+	// loaded and attached; its error stops the run. flint doctor drops
+	// capabilities there.
+	Loaded func() error
 }
 
 // Run records the target processes for the duration (or until ctx ends),
@@ -65,6 +69,7 @@ func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
 		Container:    o.Container,
 		KernelStacks: true,
 		Progress:     o.Progress,
+		Loaded:       o.Loaded,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -302,3 +302,22 @@ func BenchmarkLabelValues24h(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkQuickCheck24h times the check Open runs on the 24 h store; its
+// MB/s says what a store of MaxSize costs at start.
+func BenchmarkQuickCheck24h(b *testing.B) {
+	dir := dataset24h(b)
+	path := filepath.Join(dir, DBFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(fi.Size())
+	cpu := cpuTime()
+	for b.Loop() {
+		if err := quickCheck(context.Background(), path); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}

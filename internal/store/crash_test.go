@@ -107,13 +107,16 @@ func TestCrashRecovery(t *testing.T) {
 
 		o := testOptions()
 		o.MaxQueryRange = 0
+		o.Logf = func(format string, args ...any) {
+			t.Errorf("round %d: after kill: "+format, append([]any{round}, args...)...)
+		}
 		s, err := Open(dir, o)
 		if err != nil {
 			t.Fatalf("round %d: open after kill: %v", round, err)
 		}
 		var check string
-		if err := s.rdb.QueryRow("PRAGMA quick_check").Scan(&check); err != nil || check != "ok" {
-			t.Fatalf("round %d: quick_check: %q %v", round, check, err)
+		if err := s.rdb.QueryRow("PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
+			t.Fatalf("round %d: integrity_check: %q %v", round, check, err)
 		}
 		for _, i := range got {
 			p := wl.window(i)

@@ -43,6 +43,11 @@ func checkRange(o Options, what string, from, to time.Time) error {
 // snapshot: whole windows only, and no stack that garbage collection
 // removes halfway.
 func (s *SQLite) inSnapshot(ctx context.Context, f func(*sql.Tx) error) error {
+	s.rmu.RLock()
+	defer s.rmu.RUnlock()
+	if s.rdb == nil { // a corrupt database could not be replaced
+		return errClosed
+	}
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err

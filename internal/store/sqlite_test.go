@@ -1,17 +1,22 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -744,4 +749,273 @@ func TestConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// logLines collects what the store says through Options.Logf.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+func modeOf(t *testing.T, path string) fs.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+// TestPrivate checks that a new data directory is 0700 and its files 0600,
+// and that an existing one open to others is made so, with a log line for
+// each path changed.
+func TestPrivate(t *testing.T) {
+	files := []string{DBFile, DBFile + "-wal", DBFile + "-shm", "flint.lock"}
+	t.Run("new", func(t *testing.T) {
+		syscall.Umask(0o022)
+		dir := filepath.Join(t.TempDir(), "a", "data")
+		var log logLines
+		o := testOptions()
+		o.Logf = log.logf
+		s := openTest(t, dir, o)
+		write(t, s, handmade(t0))
+		if m := modeOf(t, dir); m != 0o700 {
+			t.Errorf("data directory mode %#o, want 0700", m)
+		}
+		for _, f := range files {
+			if m := modeOf(t, filepath.Join(dir, f)); m != 0o600 {
+				t.Errorf("%s mode %#o, want 0600", f, m)
+			}
+		}
+		if got := log.all(); len(got) > 0 {
+			t.Errorf("a new store logged %q", got)
+		}
+	})
+	t.Run("existing", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openTest(t, dir, testOptions())
+		write(t, s, handmade(t0))
+		s.Close()
+		os.Chmod(dir, 0o755)
+		os.Chmod(filepath.Join(dir, DBFile), 0o644)
+		os.Chmod(filepath.Join(dir, "flint.lock"), 0o666)
+		var log logLines
+		o := testOptions()
+		o.Logf = log.logf
+		s = openTest(t, dir, o)
+		write(t, s, handmade(t0.Add(time.Minute)))
+		if m := modeOf(t, dir); m != 0o700 {
+			t.Errorf("data directory mode %#o, want 0700", m)
+		}
+		for _, f := range files {
+			if m := modeOf(t, filepath.Join(dir, f)); m != 0o600 {
+				t.Errorf("%s mode %#o, want 0600", f, m)
+			}
+		}
+		got := log.all()
+		want := []string{dir + " was mode 0755", DBFile + " was mode 0644", "flint.lock was mode 0666"}
+		if len(got) != len(want) {
+			t.Fatalf("log %q, want one line for each of %q", got, want)
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) || !strings.Contains(got[i], "now 0") {
+				t.Errorf("log line %q, want %q", got[i], want[i])
+			}
+		}
+	})
+}
+
+// corruptMiddle overwrites four pages in the middle of the file at path.
+func corruptMiddle(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < 64<<10 {
+		t.Fatalf("%s has %d bytes: too small to damage in the middle", path, fi.Size())
+	}
+	junk := bytes.Repeat([]byte{0xa5, 0x5a, 0x00, 0xff}, 4096)
+	if _, err := f.WriteAt(junk, fi.Size()/2/4096*4096); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenCorrupt damages pages in the middle of a store's file: Open keeps
+// the file as it was under a new name, says so in one line that names it
+// and how to salvage it, and writes to a new store.
+func TestOpenCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, testOptions())
+	wl := newWorkload(t0)
+	for i := range 200 {
+		write(t, s, wl.window(i))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, DBFile)
+	corruptMiddle(t, path)
+	damaged, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var log logLines
+	o := testOptions()
+	o.Logf = log.logf
+	o.MaxQueryRange = 0
+	s = openTest(t, dir, o)
+	got := log.all()
+	if len(got) != 1 {
+		t.Fatalf("log %q, want one line", got)
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("files set aside: %q, want one", aside)
+	}
+	for _, want := range []string{path + " is corrupt", "kept as " + aside[0], SalvageCommand(aside[0], aside[0]+".recovered")} {
+		if !strings.Contains(got[0], want) {
+			t.Errorf("log line %q does not say %q", got[0], want)
+		}
+	}
+	if b, err := os.ReadFile(aside[0]); err != nil || !bytes.Equal(b, damaged) {
+		first := -1
+		for i := range min(len(b), len(damaged)) {
+			if b[i] != damaged[i] {
+				first = i
+				break
+			}
+		}
+		t.Errorf("the damaged file was not kept as it was: %v; %d bytes, were %d; first difference at %d", err, len(b), len(damaged), first)
+	}
+	if m := modeOf(t, aside[0]); m != 0o600 {
+		t.Errorf("kept file mode %#o, want 0600", m)
+	}
+	// The salvage the line advises gives a whole database that flint
+	// opens, with the rows of the undamaged pages. (Queries over windows
+	// whose stacks lost rows fail: the store does not guess frames.)
+	if _, err := exec.LookPath("sqlite3"); err == nil {
+		salvaged := t.TempDir()
+		if out, err := exec.Command("sh", "-c", SalvageCommand(aside[0], filepath.Join(salvaged, DBFile))).CombinedOutput(); err != nil {
+			t.Fatalf("salvage: %v\n%s", err, out)
+		}
+		r := openTest(t, salvaged, o)
+		n := count(t, r, "windows")
+		t.Logf("salvaged %d of 200 windows", n)
+		var check string
+		if err := r.rdb.QueryRow("PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" || n < 100 {
+			t.Errorf("salvaged %d of 200 windows, integrity_check %q %v", n, check, err)
+		}
+	}
+	// The new store is empty and works.
+	if p := query(t, s, Query{From: t0, To: t0.Add(time.Hour)}); len(p.Samples) != 0 {
+		t.Errorf("new store has %d samples", len(p.Samples))
+	}
+	p := handmade(t0.Add(time.Hour))
+	write(t, s, p)
+	back := query(t, s, Query{From: p.Start, To: p.Start.Add(p.Duration)})
+	if diff := compare(canonical(back.Samples), canonical(p.Samples)); diff != "" {
+		t.Errorf("new store: %s", diff)
+	}
+}
+
+// TestIsCorrupt tells a file that is not a database, and a damaged one,
+// from other failures.
+func TestIsCorrupt(t *testing.T) {
+	notDB := filepath.Join(t.TempDir(), "x.db")
+	os.WriteFile(notDB, bytes.Repeat([]byte("not a database "), 1000), 0o600)
+	db, err := sql.Open("sqlite", notDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.Exec("SELECT * FROM sqlite_master")
+	if err == nil || !isCorrupt(err) {
+		t.Errorf("not a database: %v, isCorrupt false", err)
+	}
+	if !isCorrupt(fmt.Errorf("check database: %w", errDamaged)) {
+		t.Error("quick_check's finding is not corruption")
+	}
+	for _, err := range []error{nil, errClosed, ErrLocked, context.Canceled, errors.New("disk I/O error")} {
+		if isCorrupt(err) {
+			t.Errorf("isCorrupt(%v)", err)
+		}
+	}
+}
+
+// TestWriteCorrupt damages the database under an open store: the next
+// Write that reads a damaged page sets the file aside, as Open does, and
+// stores its window in a new store.
+func TestWriteCorrupt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var log logLines
+	o := testOptions()
+	o.Logf = log.logf
+	o.MaxQueryRange = 0
+	s := openTest(t, dir, o)
+	wl := newWorkload(t0)
+	for i := range 200 {
+		write(t, s, wl.window(i))
+	}
+	ctx := context.Background()
+	// Everything in the main file, and nothing of it in SQLite's cache.
+	if _, err := s.w.conn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	// Damage the page every write reads: the root of the windows table.
+	var root, pageSize int64
+	if err := s.w.conn.QueryRowContext(ctx, "SELECT rootpage FROM sqlite_master WHERE name = 'windows'").Scan(&root); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.w.conn.QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(s.path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(bytes.Repeat([]byte{0xa5, 0x5a, 0x00, 0xff}, int(pageSize)/4), (root-1)*pageSize)
+	f.Close()
+	if _, err := s.w.conn.ExecContext(ctx, "PRAGMA shrink_memory"); err != nil {
+		t.Fatal(err)
+	}
+	i := 200
+	for ; i < 400 && len(log.all()) == 0; i++ {
+		if err = s.Write(ctx, wl.window(i)); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("write %d on a damaged store: %v", i, err)
+	}
+	got := log.all()
+	aside, _ := filepath.Glob(s.path + ".corrupt-*")
+	if len(got) != 1 || len(aside) != 1 || !strings.Contains(got[0], "kept as "+aside[0]) {
+		t.Fatalf("after %d writes: log %q, set aside %q; want one line naming the one file", i-200, got, aside)
+	}
+	// The window whose write met the damage is in the new store.
+	p := wl.window(i - 1)
+	back := query(t, s, Query{From: p.Start, To: p.Start.Add(wlWindow)})
+	if diff := compare(canonical(back.Samples), canonical(p.Samples)); diff != "" {
+		t.Errorf("window %d, written when the damage was found: %s", i-1, diff)
+	}
+	t.Logf("found at write %d: %s", i-1, got[0])
 }
