@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flint-dev/flint/internal/server"
 	"github.com/flint-dev/flint/internal/store/chtest"
 )
 
@@ -181,5 +183,105 @@ func TestAgentClickHouseOutage(t *testing.T) {
 	t.Logf("runs of contiguous windows: %v", runs)
 	if len(runs) != 2 || runs[0] < 25 {
 		t.Errorf("windows in ClickHouse form runs %v; want 2 runs, the first of 25 or more windows", runs)
+	}
+}
+
+// TestFleetOverClickHouse runs three agents, nodes a, b and c, each beside
+// a copy of the spin fixture of its own (spin_a, spin_b, spin_c), writing
+// to one ClickHouse, which stops for 30 s midway; then two flint server
+// replicas over it. Each agent samples every process of this machine, so
+// every node holds every fixture. Both replicas answer the same, with
+// the fixture's split for each node's own fixture and for all together,
+// and every window of every node arrives, none twice.
+func TestFleetOverClickHouse(t *testing.T) {
+	requireRoot(t)
+	srv := chtest.Start(t)
+	flint, spin := build(t)
+	nodes := []string{"a", "b", "c"}
+	from := time.Now()
+	for _, n := range nodes {
+		fixture := filepath.Join(t.TempDir(), "spin_"+n)
+		copyFile(t, spin, fixture)
+		startSpinFor(t, fixture, "300")
+	}
+	var agents []*agentProc
+	for _, n := range nodes {
+		a := startAgent(t, flint, t.TempDir(), "--store", srv.DSN("fleet"), "--node", n, "--window", "2s", "--frequency", "199")
+		agents = append(agents, a)
+	}
+	for _, a := range agents {
+		waitMetric(t, a, "flint_windows_sent_total", 2)
+	}
+	srv.Stop()
+	time.Sleep(30 * time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		waitFor(t, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
+	}
+	for i, a := range agents {
+		if log := stopAgent(t, a); strings.Count(log, "reachable again") != 1 {
+			t.Errorf("agent %s logged no single recovery:\n%s", nodes[i], log)
+		}
+	}
+	to := time.Now()
+
+	replicas := []*server.Client{{URL: "http://" + freeAddr(t)}, {URL: "http://" + freeAddr(t)}}
+	for _, r := range replicas {
+		startServer(t, "--store", srv.DSN("fleet"), "--listen", strings.TrimPrefix(r.URL, "http://"))
+	}
+	waitHealthy(t, replicas)
+	ask := func(path string, kv ...string) string {
+		q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {strconv.FormatInt(to.Unix()+1, 10)}}
+		for i := 0; i < len(kv); i += 2 {
+			q.Set(kv[i], kv[i+1])
+		}
+		answer := fetch(t, replicas[0], path, q)
+		if other := fetch(t, replicas[1], path, q); other != answer {
+			t.Errorf("%s?%s: the replicas differ:\n%.400s\n%.400s", path, q.Encode(), answer, other)
+		}
+		return answer
+	}
+	split := []string{"func_a", "func_b", "func_c"}
+	for _, n := range nodes {
+		t.Run("node "+n, func(t *testing.T) {
+			checkPprofSplit(t, []byte(ask("/api/v1/profile", "format", "pprof", "selector", fmt.Sprintf(`{node=%q,comm="spin_%s"}`, n, n))), split, []float64{50, 30, 20})
+		})
+	}
+	t.Run("all nodes", func(t *testing.T) {
+		checkPprofSplit(t, []byte(ask("/api/v1/profile", "format", "pprof", "selector", `{comm=~"spin_[abc]"}`)), split, []float64{50, 30, 20})
+	})
+	// Every node saw the three fixtures about as often: the agents ran
+	// over the same seconds at the same frequency.
+	var resp struct {
+		Series []struct {
+			Value   string `json:"value"`
+			Samples int64  `json:"samples"`
+		} `json:"series"`
+	}
+	body := ask("/api/v1/series", "by", "node", "step", "10s", "selector", `{comm=~"spin_[abc]"}`)
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("series: %v\n%.400s", err, body)
+	}
+	totals := map[string]int64{}
+	for _, s := range resp.Series {
+		totals[s.Value] = s.Samples
+	}
+	t.Logf("fixture samples by node: %v", totals)
+	if len(totals) != 3 {
+		t.Fatalf("series by node %v, want a, b and c", totals)
+	}
+	for _, n := range nodes[1:] {
+		if r := float64(totals[n]) / float64(totals["a"]); r < 0.85 || r > 1.15 {
+			t.Errorf("node %s holds %d fixture samples, node a %d: want within 15%%", n, totals[n], totals["a"])
+		}
+	}
+
+	checkNoDuplicates(t, srv, "fleet")
+	for _, n := range nodes {
+		if runs := windowRuns(t, srv, "fleet", n); len(runs) != 1 || runs[0] < 25 {
+			t.Errorf("node %s: windows form runs %v, want one of 25 or more", n, runs)
+		}
 	}
 }
