@@ -38,14 +38,23 @@ func chQuery(t *testing.T, srv *chtest.Server, sql string) [][]string {
 	return rows
 }
 
-// waitFor polls cond every 200 ms for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// waitFor polls cond every 200 ms for up to d, and fails with what and
+// the agent's log if it stays false.
+func waitFor(t *testing.T, a *agentProc, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", d, what)
+			t.Fatalf("waited %s for %s; agent log:\n%s", d, what, a.stderr)
 		}
 	}
+}
+
+// waitSent waits until the agent has sent n windows. The first send opens
+// the store, which creates the schema: on a loaded machine that can take
+// ClickHouse 18.16 many seconds.
+func waitSent(t *testing.T, a *agentProc, n float64) {
+	t.Helper()
+	waitFor(t, a, time.Minute, "windows sent", func() bool { return a.metric(t, "flint_windows_sent_total") >= n })
 }
 
 // stopAgent stops an agent with SIGTERM, so it puts its last window and
@@ -121,7 +130,7 @@ func TestAgentClickHouseOutage(t *testing.T) {
 	from := time.Now()
 	args := []string{"--store", srv.DSN("e2e"), "--node", "a", "--window", "2s", "--frequency", "199"}
 	a := startAgent(t, flint, dir, args...)
-	waitMetric(t, a, "flint_windows_sent_total", 2)
+	waitSent(t, a, 2)
 
 	srv.Stop()
 	time.Sleep(30 * time.Second)
@@ -135,14 +144,14 @@ func TestAgentClickHouseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The sender retries every 30 s at most.
-	waitFor(t, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
+	waitFor(t, a, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
 	if n := a.metric(t, "flint_spool_dropped_windows_total"); n != 0 {
 		t.Errorf("%v windows dropped from a spool far from full", n)
 	}
 
 	// kill -9 with windows in the spool.
 	srv.Stop()
-	waitFor(t, 30*time.Second, "windows to wait in the spool", func() bool { return a.metric(t, "flint_spool_windows") >= 2 })
+	waitFor(t, a, 30*time.Second, "windows to wait in the spool", func() bool { return a.metric(t, "flint_spool_windows") >= 2 })
 	a.cmd.Process.Kill()
 	a.cmd.Wait()
 	log1 := a.stderr.String()
@@ -163,7 +172,7 @@ func TestAgentClickHouseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startAgent(t, flint, dir, args...)
-	waitFor(t, time.Minute, "the new agent to send the old spool", func() bool {
+	waitFor(t, b, time.Minute, "the new agent to send the old spool", func() bool {
 		return b.metric(t, "flint_windows_sent_total") >= float64(left)
 	})
 	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"}, "selector": {`{node="a",comm="spin"}`}}
@@ -210,7 +219,7 @@ func TestFleetOverClickHouse(t *testing.T) {
 		agents = append(agents, a)
 	}
 	for _, a := range agents {
-		waitMetric(t, a, "flint_windows_sent_total", 2)
+		waitSent(t, a, 2)
 	}
 	srv.Stop()
 	time.Sleep(30 * time.Second)
@@ -218,7 +227,7 @@ func TestFleetOverClickHouse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range agents {
-		waitFor(t, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
+		waitFor(t, a, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
 	}
 	for i, a := range agents {
 		if log := stopAgent(t, a); strings.Count(log, "reachable again") != 1 {
