@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,5 +159,70 @@ func drain(t *testing.T, sp *spool.Spool) {
 	defer cancel()
 	if err := sp.Drain(ctx); err != nil {
 		t.Fatalf("drain the spool: %v (%+v)", err, sp.Stats())
+	}
+}
+
+// TestRemoteStoreBadStart: a store the agent cannot open at start is one
+// log line however often the spool's sender retries, and windows wait in
+// the spool meanwhile.
+func TestRemoteStoreBadStart(t *testing.T) {
+	srv := chtest.Start(t)
+	wrong := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(wrong, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := chtest.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE DATABASE newer",
+		"CREATE TABLE newer.meta (version UInt32, written DateTime) ENGINE = MergeTree ORDER BY version",
+		"INSERT INTO newer.meta VALUES (99, now())",
+	} {
+		resp, err := http.Post(srv.URL(), "text/plain", strings.NewReader(sql))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %s", sql, body)
+		}
+	}
+	for _, tc := range []struct {
+		name, dsn, want string
+	}{
+		{"unreachable", fmt.Sprintf("clickhouse://127.0.0.1:%d/flint", ports[0]), "connection refused"},
+		{"wrong password", srv.DSN("flint", "user="+chtest.User, "password_file="+wrong), `refused user "flint"`},
+		{"newer schema", srv.DSN("newer"), "schema version 99"},
+		{"unknown parameter", srv.DSN("flint", "compress=1"), `parameter "compress" unknown`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logLines
+			o := DefaultOptions()
+			o.DataDir, o.Logf, o.Store = t.TempDir(), logs.logf, tc.dsn
+			spo := spoolOptions(o)
+			spo.MinBackoff, spo.MaxBackoff = time.Millisecond, 5*time.Millisecond
+			sp, remote, err := openSpool(o, spo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer remote.Close()
+			defer sp.Close()
+			for i := range 2 {
+				if err := sp.Put(remoteWindow(time.Now().Add(-time.Hour), i), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, "retries", func() bool { return sp.Stats().SendFailures >= 5 })
+			sp.Close()
+			if n := logs.count("retrying"); n != 1 || logs.count(tc.want) != 1 {
+				t.Errorf("logged %q; want one line saying %q", logs.lines, tc.want)
+			}
+			if st := sp.Stats(); st.Windows != 2 || st.Sent != 0 {
+				t.Errorf("spool %+v, want both windows waiting", st)
+			}
+		})
 	}
 }
