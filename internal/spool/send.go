@@ -80,16 +80,16 @@ func (s *Spool) send(ctx context.Context, sink Sink, e *entry) bool {
 	}) {
 		return false
 	}
+	if err := os.Remove(filepath.Join(s.o.Dir, e.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// It will be sent again, as a resend, after the next Open.
+		s.o.Logf("spool: remove sent window: %v", err)
+	}
 	s.remove(e, func() {
 		s.stats.Sent++
 		if !s.outage.since.IsZero() {
 			s.outage.late++
 		}
 	})
-	if err := os.Remove(filepath.Join(s.o.Dir, e.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		// It will be sent again, as a resend, after the next Open.
-		s.o.Logf("spool: remove sent window: %v", err)
-	}
 	s.endOutage()
 	return true
 }
