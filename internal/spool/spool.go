@@ -98,7 +98,7 @@ type entry struct {
 	name   string
 	size   int64
 	start  time.Time
-	resend bool // found at Open, or an attempt failed
+	resend bool // found at Open: a crash may have come after the store had it
 }
 
 // Spool is an open spool; its methods are safe for concurrent use.
