@@ -6,7 +6,7 @@ CLANG   ?= clang-19
 BIN     := bin/flint
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build run deps check generate vmlinux test test-short bench lint fuzz clean web web-test
+.PHONY: all build run deps deps-chdb check generate vmlinux test test-short bench lint fuzz clean web web-test
 
 all: build
 
@@ -16,12 +16,19 @@ run: build
 	$(BIN) agent
 
 # What the tests and `make generate` need on a fresh Debian machine (root).
-DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium
+# clickhouse-server: the ClickHouse store's tests start their own servers.
+DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium clickhouse-server
 deps:
 	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
 	$(GO) mod download
+
+# chdb, a current ClickHouse in-process (~300 MB with numpy, pandas and
+# pyarrow): TestChdb replays the ClickHouse store's SQL in it and skips
+# without it. Apart from deps because of its size.
+deps-chdb:
+	python3 -c 'import chdb' 2>/dev/null || pip install chdb-core
 
 # Install what the tests need, then run every suite: Go's, the web UI's unit
 # tests, its browser tests. A failing suite does not stop the next; the

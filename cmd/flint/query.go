@@ -97,10 +97,10 @@ func apiFlags(fs *flag.FlagSet, c *APIConfig) {
 	if s := os.Getenv("FLINT_SERVER"); s != "" {
 		c.Server = s
 	}
-	fs.StringVar(&c.Server, "server", c.Server, "the agent's `URL` (env FLINT_SERVER)")
+	fs.StringVar(&c.Server, "server", c.Server, "`URL` of the agent or flint server, http or https (env FLINT_SERVER)")
 	// The default comes from the environment after parsing, so -h does not
 	// print the token.
-	fs.StringVar(&c.Token, "token", "", "the agent's `token` (env FLINT_TOKEN)")
+	fs.StringVar(&c.Token, "token", "", "the API's `token` (env FLINT_TOKEN)")
 	fs.StringVar(&c.Since, "since", "", "the last `duration`, such as 15m, 2h or 1d (same as --from now-DURATION)")
 	fs.StringVar(&c.From, "from", "", "start `time`: RFC 3339, Unix seconds, now-15m (default: an hour before --to)")
 	fs.StringVar(&c.To, "to", "", "end `time` (default now)")

@@ -39,6 +39,7 @@ func TestBusyPoll(t *testing.T) {
 	fixed := startFixture(t, "", nil, fx["busypoll"], "1")
 	findings, data = doctorRun(t, fixed.pid, Options{})
 	logFindings(t, "timeout 1ms", findings)
+	logTwin(t, "timeout 1ms", data, fixed.pid)
 	if got := of(findings, fixed.pid); len(got) > 0 {
 		t.Errorf("the fixed server has findings: %+v", got)
 	}
@@ -53,8 +54,9 @@ func TestBusyPoll(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go echoClient(t, "127.0.0.1:"+port, stop)
-	findings, _ = doctorRun(t, fixed.pid, Options{})
+	findings, data = doctorRun(t, fixed.pid, Options{})
 	logFindings(t, "loaded", findings)
+	logTwin(t, "loaded", data, fixed.pid)
 	if got := of(findings, fixed.pid); len(got) > 0 {
 		t.Errorf("the loaded server has findings: %+v", got)
 	}

@@ -53,6 +53,7 @@ func TestHotDebugOutput(t *testing.T) {
 
 	findings, data, pid = run()
 	logFindings(t, "quiet", findings)
+	logTwin(t, "quiet", data, pid)
 	if len(findings) > 0 {
 		t.Errorf("the service without the print has findings: %+v", findings)
 	}

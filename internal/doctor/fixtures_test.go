@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -115,6 +116,7 @@ type fixture struct {
 	pid   int
 	ready []string // the words after "ready"
 	stdin io.WriteCloser
+	jobs  chan string // the lines "jobs N" it printed, N only
 }
 
 // startFixture runs argv (in cgroup dir, if not empty) with extra
@@ -151,8 +153,57 @@ func startFixture(t *testing.T, cgroup string, env []string, argv ...string) *fi
 	if err != nil || len(f) == 0 || f[0] != "ready" {
 		t.Fatalf("fixture %v: got %q, %v before ready", argv, line, err)
 	}
-	go io.Copy(io.Discard, r)
-	return &fixture{cmd: cmd, pid: cmd.Process.Pid, ready: f[1:], stdin: stdin}
+	fx := &fixture{cmd: cmd, pid: cmd.Process.Pid, ready: f[1:], stdin: stdin, jobs: make(chan string, 16)}
+	go func() {
+		for sc := bufio.NewScanner(r); sc.Scan(); {
+			if n, ok := strings.CutPrefix(sc.Text(), "jobs "); ok {
+				select {
+				case fx.jobs <- n:
+				default:
+				}
+			}
+		}
+	}()
+	return fx
+}
+
+// work is what a fixture has done so far: the CPU it used, and the jobs it
+// finished (fixtures that count them: doctor-gomaxprocs).
+type work struct {
+	cpu  time.Duration
+	jobs int64
+}
+
+// workDone asks the fixture for its job count and reads its CPU time.
+func (f *fixture) workDone(t *testing.T) work {
+	t.Helper()
+	fmt.Fprintln(f.stdin)
+	var w work
+	select {
+	case n := <-f.jobs:
+		w.jobs, _ = strconv.ParseInt(n, 10, 64)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d did not say how many jobs it did", f.pid)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// utime and stime, fields 14 and 15, counted after the command name.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	w.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	return w
+}
+
+// cpuPerJob is the CPU each job cost between two readings.
+func cpuPerJob(t *testing.T, from, to work) time.Duration {
+	t.Helper()
+	if to.jobs <= from.jobs {
+		t.Fatalf("no job done between %+v and %+v", from, to)
+	}
+	return (to.cpu - from.cpu) / time.Duration(to.jobs-from.jobs)
 }
 
 // cpuCgroup makes a cgroup v1 cpu cgroup limited to quota CPUs and removes
@@ -247,13 +298,50 @@ func logFindings(t *testing.T, label string, findings []Finding) {
 	}
 }
 
+// logTwin logs, for a healthy twin, every value the detectors compare with
+// their thresholds: run with zero thresholds, each detector reports what it
+// measured (the thresholds are tiny, not zero: zero would also fire on
+// what was never seen). The margins noted in DefaultThresholds come from
+// these lines, the worst of 20 runs under load (bench/twins.sh).
+func logTwin(t *testing.T, label string, d *Data, pid int) {
+	t.Helper()
+	logMeasured(t, "twin "+label, d, pid)
+}
+
+// logMeasured logs what logTwin does, under another prefix.
+func logMeasured(t *testing.T, prefix string, d *Data, pid int) {
+	t.Helper()
+	const tiny = 1e-9
+	all := Thresholds{
+		BusyPollRate: tiny, BusyPollEmptyShare: tiny, BusyPollThreadCPU: tiny,
+		ErrorRate: tiny, ErrorShare: tiny,
+		GOMAXPROCSMinCPU: tiny,
+		RuntimeShare:     tiny, RuntimeMinCPU: tiny,
+		PrintShare: tiny, PrintMinCPU: tiny, StdioWriteRate: tiny, StdioWriteBytes: tiny, StdioWriteMinCPU: tiny,
+		UprobeHitCost: time.Nanosecond, ProbeCost: tiny,
+	}
+	for _, f := range of(AnalyzeWith(d, all), pid) {
+		var values []string
+		if f.ID == "go-runtime-overhead" { // the sum the threshold applies to
+			values = append(values, fmt.Sprintf("runtime_share=%.4g", runtimeBreakdown(d, pid).overhead()))
+		}
+		for _, e := range f.Evidence {
+			if e.Unit != "" {
+				values = append(values, fmt.Sprintf("%s=%.4g", strings.ReplaceAll(e.Name, " ", "_"), e.Value))
+			}
+		}
+		t.Logf("%s: %s %s", prefix, f.ID, strings.Join(values, " "))
+	}
+}
+
 // processCPU is the CPU pid used during a run, from /proc: what the tests
-// compare before and after a fix.
+// compare before and after a fix. Zero is a measurement too: /proc counts
+// in 10 ms ticks, and a fixed server may use less than one in a run.
 func processCPU(t *testing.T, d *Data, pid int) float64 {
 	t.Helper()
 	p := d.Processes[pid]
-	if p == nil || p.CPU == 0 {
-		t.Fatalf("no CPU time measured for pid %d", pid)
+	if p == nil {
+		t.Fatalf("no facts read about pid %d", pid)
 	}
 	return p.CPU.Seconds() / d.Duration.Seconds()
 }

@@ -9,14 +9,18 @@ import (
 // TestGOMAXPROCSQuota runs the goroutine-heavy fixture in a cgroup limited
 // to one CPU: with GOMAXPROCS=8 (the bug), without the override (Go 1.25+
 // follows the quota: its minimum, 2) and with GOMAXPROCS=1 (matched: the
-// fix).
+// fix). The fix is judged by the CPU each job costs, not the CPU of the
+// run: on a busy machine the fixture gets less CPU than its fixed load
+// wants and does fewer jobs, whatever its GOMAXPROCS.
 func TestGOMAXPROCSQuota(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	cg := cpuCgroup(t, 1)
 
 	bug := startFixture(t, cg, []string{"GOMAXPROCS=8"}, fx["gomaxprocs"])
-	findings, data := doctorRun(t, bug.pid, Options{})
+	before := bug.workDone(t)
+	findings, _ := doctorRun(t, bug.pid, Options{})
+	bugJob := cpuPerJob(t, before, bug.workDone(t))
 	logFindings(t, "GOMAXPROCS=8", of(findings, bug.pid))
 	f := byID(of(findings, bug.pid), "gomaxprocs-quota")
 	if f == nil {
@@ -36,30 +40,40 @@ func TestGOMAXPROCSQuota(t *testing.T) {
 			t.Errorf("no %s evidence", name)
 		}
 	}
-	bugCPU := processCPU(t, data, bug.pid)
 	bug.cmd.Process.Kill()
 
 	twin := startFixture(t, cg, nil, fx["gomaxprocs"])
 	if twin.ready[0] != "2" {
 		t.Errorf("without the override the runtime chose GOMAXPROCS %s, want 2 (Go 1.25+: the quota, at least 2)", twin.ready[0])
 	}
-	findings, _ = doctorRun(t, twin.pid, Options{})
+	findings, data := doctorRun(t, twin.pid, Options{})
 	logFindings(t, "default", of(findings, twin.pid))
-	if got := of(findings, twin.pid); len(got) > 0 {
-		t.Errorf("the default GOMAXPROCS has findings: %+v", got)
+	logTwin(t, "default", data, twin.pid)
+	// Go's own choice is not the user's bug. Its floor of 2 is still above
+	// the quota, and the runtime's share of this scheduler-heavy fixture
+	// then sits at the go-runtime-overhead threshold, under load or not
+	// (47% on a quiet machine; 38-56%, median 47%, in 10 runs under load,
+	// bench/twins.sh): that finding may or may not fire, and is true
+	// either way. Nothing else may.
+	for _, f := range of(findings, twin.pid) {
+		if f.ID != "go-runtime-overhead" {
+			t.Errorf("the runtime's default GOMAXPROCS has a %s finding: %s", f.ID, f.Summary)
+		}
 	}
 	twin.cmd.Process.Kill()
 
 	fixed := startFixture(t, cg, []string{"GOMAXPROCS=1"}, fx["gomaxprocs"])
+	before = fixed.workDone(t)
 	findings, data = doctorRun(t, fixed.pid, Options{})
+	fixedJob := cpuPerJob(t, before, fixed.workDone(t))
 	logFindings(t, "GOMAXPROCS=1", of(findings, fixed.pid))
+	logTwin(t, "GOMAXPROCS=1", data, fixed.pid)
 	if got := of(findings, fixed.pid); len(got) > 0 {
 		t.Errorf("GOMAXPROCS matched to the quota has findings: %+v", got)
 	}
-	fixedCPU := processCPU(t, data, fixed.pid)
-	t.Logf("CPU for the same load: %.3f with GOMAXPROCS=8, %.3f with GOMAXPROCS=1", bugCPU, fixedCPU)
-	if fixedCPU > 0.8*bugCPU {
-		t.Errorf("CPU %.3f with GOMAXPROCS matched, %.3f with 8: want a drop of at least 20%%", fixedCPU, bugCPU)
+	t.Logf("CPU per job: %s with GOMAXPROCS=8, %s with GOMAXPROCS=1", bugJob, fixedJob)
+	if fixedJob > bugJob*8/10 {
+		t.Errorf("CPU per job %s with GOMAXPROCS matched, %s with 8: want a drop of at least 20%%", fixedJob, bugJob)
 	}
 }
 

@@ -6,17 +6,22 @@ import (
 )
 
 // TestGoRuntimeOverhead runs the parser that allocates a fresh record per
-// line (the bug) and the one that reuses it (the fix).
+// line (the bug) and the one that reuses it (the fix). The parser uses
+// about 0.17 CPU: twice testDuration gives the detector its 200 samples
+// (minSamples) with a margin of two, where testDuration's margin of 1.3
+// failed 2 runs in 20 under load (bench/twins.sh).
 func TestGoRuntimeOverhead(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
+	o := Options{Duration: 2 * testDuration}
 
 	bug := startFixture(t, "", nil, fx["alloc"])
-	findings, data := doctorRun(t, bug.pid, Options{})
+	findings, data := doctorRun(t, bug.pid, o)
 	logFindings(t, "allocating", of(findings, bug.pid))
 	f := byID(of(findings, bug.pid), "go-runtime-overhead")
 	if f == nil {
-		t.Fatal("go-runtime-overhead did not fire on the allocating parser")
+		logMeasured(t, "measured", data, bug.pid)
+		t.Fatalf("go-runtime-overhead did not fire on the allocating parser (%d samples of it)", data.index().samples[bug.pid])
 	}
 	gc, _ := evidence(f, "gc_share")
 	alloc, _ := evidence(f, "allocation_share")
@@ -34,8 +39,9 @@ func TestGoRuntimeOverhead(t *testing.T) {
 	bug.cmd.Process.Kill()
 
 	fixed := startFixture(t, "", nil, fx["alloc"], "-reuse")
-	findings, data = doctorRun(t, fixed.pid, Options{})
+	findings, data = doctorRun(t, fixed.pid, o)
 	logFindings(t, "reusing", of(findings, fixed.pid))
+	logTwin(t, "reusing", data, fixed.pid)
 	if got := of(findings, fixed.pid); len(got) > 0 {
 		t.Errorf("the reusing parser has findings: %+v", got)
 	}

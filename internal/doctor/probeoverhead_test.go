@@ -72,6 +72,7 @@ func TestProbeOverhead(t *testing.T) {
 	hot.Close()
 	findings, data = doctorRun(t, w.pid, Options{})
 	logFindings(t, "detached", of(findings, w.pid))
+	logTwin(t, "detached", data, w.pid)
 	if got := of(findings, w.pid); len(got) > 0 {
 		t.Errorf("findings with the probe detached: %+v", got)
 	}
@@ -82,7 +83,8 @@ func TestProbeOverhead(t *testing.T) {
 	}
 
 	attachUprobe(t, fx["probe"], "cold")
-	findings, _ = doctorRun(t, w.pid, Options{})
+	findings, data = doctorRun(t, w.pid, Options{})
+	logTwin(t, "cold probe", data, w.pid)
 	for _, f := range findings {
 		if f.ID == "probe-overhead" && strings.Contains(f.Summary, "doctor_test") || f.PID == w.pid {
 			t.Errorf("a probe on the cold function: %s", f.Summary)

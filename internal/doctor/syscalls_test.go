@@ -42,6 +42,7 @@ func TestSyscallErrors(t *testing.T) {
 	fixed := startFixture(t, "", nil, fx["eagain"], "wait")
 	findings, data = doctorRun(t, fixed.pid, Options{EverySyscall: true})
 	logFindings(t, "wait", of(findings, fixed.pid))
+	logTwin(t, "wait", data, fixed.pid)
 	if got := of(findings, fixed.pid); len(got) > 0 {
 		t.Errorf("the waiting consumer has findings: %+v", got)
 	}

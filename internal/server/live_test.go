@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -111,5 +112,37 @@ func TestGoToolPprof(t *testing.T) {
 	}
 	if live.d != time.Second || live.sel.String() != `{pid="4242"}` {
 		t.Errorf("live profile of %s for %s", live.sel, live.d)
+	}
+}
+
+// deadlineRecorder records the write deadline a handler sets through
+// http.ResponseController.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadline time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.deadline = t
+	return nil
+}
+
+// TestLiveWriteDeadline checks that a live profile of N seconds gets the
+// server's write timeout plus N to answer, so that the timeout Start sets
+// does not cut it off.
+func TestLiveWriteDeadline(t *testing.T) {
+	srv := newHTTPServer(New(Options{Live: &fakeLive{}}), 0)
+	r := httptest.NewRequest(http.MethodGet, "/debug/pprof/profile?seconds=200", nil)
+	r.Host = "localhost"
+	r = r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, srv))
+	w := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	before := time.Now()
+	srv.Handler.ServeHTTP(w, r)
+	if w.Code != 200 {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	want := srv.WriteTimeout + 200*time.Second
+	if got := w.deadline.Sub(before); got < want || got > want+time.Minute {
+		t.Errorf("write deadline %s after the request, want %s (the write timeout %s plus 200 s)", got, want, srv.WriteTimeout)
 	}
 }

@@ -135,9 +135,10 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxStacks+1)
 	}
 	// Sum per (label set, stack) near the data, then merge label sets that
-	// keep the same labels.
+	// keep the same labels. The right side has one row per hash; ALL, as
+	// ANY INNER JOIN keeps one left row per key since ClickHouse 20.
 	sql := "SELECT stack, kn, kv, sum(n) FROM (SELECT labels, stack, sum(count) AS n FROM samples WHERE " + where +
-		" GROUP BY labels, stack) AS s ANY INNER JOIN (SELECT hash AS labels, any(" + kn + ") AS kn, any(" + kv + ") AS kv FROM labelsets WHERE " +
+		" GROUP BY labels, stack) AS s ALL INNER JOIN (SELECT hash AS labels, any(" + kn + ") AS kn, any(" + kv + ") AS kv FROM labelsets WHERE " +
 		chDays(q.From, q.To) + " AND " + cond + " GROUP BY hash) AS l USING labels GROUP BY stack, kn, kv" + limit
 	type row struct {
 		stack  uint64
@@ -240,7 +241,7 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
 	}
 	sql := fmt.Sprintf("SELECT v, b, sum(n) FROM (SELECT labels, intDiv(start - %d, %d) AS b, sum(count) AS n FROM samples WHERE %s"+
-		" GROUP BY labels, b) AS s ANY INNER JOIN (SELECT hash AS labels, any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s"+
+		" GROUP BY labels, b) AS s ALL INNER JOIN (SELECT hash AS labels, any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s"+
 		" GROUP BY hash) AS l USING labels GROUP BY v, b%s",
 		from, int64(q.Step), chSamples(cond, q.From, q.To), quote(q.By), chDays(q.From, q.To), cond, limit)
 	index := map[string]int{}
