@@ -165,7 +165,13 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store (with --store: of the spool)")
-	fs.StringVar(&c.Store, "store", "", "write windows to this remote store `URL`, clickhouse://host:8123/db?user=U&password_file=F, through a spool in --data-dir (default: SQLite in --data-dir)")
+	// As flint server's: the default comes from the environment, which
+	// keeps a password out of ps, and is not printed by -h.
+	c.Store = os.Getenv("FLINT_STORE")
+	fs.Func("store", "write windows to this remote store `URL`, clickhouse://host:8123/db?user=U&password_file=F, through a spool in --data-dir (default $FLINT_STORE; empty: SQLite in --data-dir)", func(s string) error {
+		c.Store = s
+		return nil
+	})
 	fs.Var(byteSize{&c.SpoolMax}, "spool-max", "with --store, drop the oldest spooled windows beyond this `size` while the store is unreachable")
 	fs.IntVar(&c.Frequency, "frequency", c.Frequency, "samples per second per CPU (`Hz`)")
 	fs.Var(longDuration{&c.Window}, "window", "`duration` of one stored profile")

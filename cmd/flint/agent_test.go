@@ -43,6 +43,7 @@ func TestParseAgent(t *testing.T) {
 }
 
 func TestParseAgentStore(t *testing.T) {
+	t.Setenv("FLINT_STORE", "")
 	c, err := parseAgent([]string{"--store", "clickhouse://ch.internal:8123/flint?user=flint&password_file=/run/secrets/ch", "--spool-max", "64MB"})
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,14 @@ func TestParseAgentStore(t *testing.T) {
 	if c, _ := parseAgent(nil); c.Store != "" || c.SpoolMax != 256<<20 {
 		t.Errorf("defaults: store %q, spool max %d; want SQLite and 256MiB", c.Store, c.SpoolMax)
 	}
+	t.Setenv("FLINT_STORE", "clickhouse://ch:8123/flint?password=p")
+	if c, _ := parseAgent(nil); c.Store != "clickhouse://ch:8123/flint?password=p" {
+		t.Errorf("store %q, want $FLINT_STORE", c.Store)
+	}
+	if c, _ := parseAgent([]string{"--store", ""}); c.Store != "" {
+		t.Errorf("--store '' kept %q, want SQLite", c.Store)
+	}
+	t.Setenv("FLINT_STORE", "")
 	for _, tc := range []struct{ args, want string }{
 		{"--store http://ch:8123/flint", `unknown scheme "http"`},
 		{"--store clickhouse:///flint", "no host"},
