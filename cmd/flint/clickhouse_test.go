@@ -70,11 +70,11 @@ func stopAgent(t *testing.T, a *agentProc) string {
 
 // windowRuns reads node's windows from ClickHouse and splits them into runs
 // of contiguous windows (each starting where the one before ended); it
-// returns each run's length.
-func windowRuns(t *testing.T, srv *chtest.Server, db, node string) []int {
+// returns the time each run covers.
+func windowRuns(t *testing.T, srv *chtest.Server, db, node string) []time.Duration {
 	t.Helper()
 	rows := chQuery(t, srv, fmt.Sprintf("SELECT start, duration FROM %s.windows FINAL WHERE node = '%s' ORDER BY start", db, node))
-	var runs []int
+	var runs []time.Duration
 	var end int64
 	for _, r := range rows {
 		start, _ := strconv.ParseInt(r[0], 10, 64)
@@ -84,7 +84,7 @@ func windowRuns(t *testing.T, srv *chtest.Server, db, node string) []int {
 		if len(runs) == 0 || start-end > int64(time.Millisecond) || end-start > int64(time.Millisecond) {
 			runs = append(runs, 0)
 		}
-		runs[len(runs)-1]++
+		runs[len(runs)-1] += time.Duration(start + duration - max(end, start))
 		end = start + duration
 	}
 	return runs
@@ -189,9 +189,9 @@ func TestAgentClickHouseOutage(t *testing.T) {
 	// kill -9 lost the window in progress, and nothing else: two runs of
 	// contiguous windows, the outage inside the first.
 	runs := windowRuns(t, srv, "e2e", "a")
-	t.Logf("runs of contiguous windows: %v", runs)
-	if len(runs) != 2 || runs[0] < 25 {
-		t.Errorf("windows in ClickHouse form runs %v; want 2 runs, the first of 25 or more windows", runs)
+	t.Logf("runs of contiguous windows cover %v", runs)
+	if len(runs) != 2 || runs[0] < 34*time.Second {
+		t.Errorf("windows in ClickHouse form runs covering %v; want 2 runs, the first over the 30 s outage and the windows before it", runs)
 	}
 }
 
@@ -230,8 +230,13 @@ func TestFleetOverClickHouse(t *testing.T) {
 		waitFor(t, a, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
 	}
 	for i, a := range agents {
-		if log := stopAgent(t, a); strings.Count(log, "reachable again") != 1 {
+		log := stopAgent(t, a)
+		if strings.Count(log, "reachable again") != 1 {
 			t.Errorf("agent %s logged no single recovery:\n%s", nodes[i], log)
+		}
+		// With the windows contiguous (below), none is missing.
+		if n := spoolFiles(t, a.dir); n != 0 {
+			t.Errorf("agent %s left %d windows in its spool:\n%s", nodes[i], n, log)
 		}
 	}
 	to := time.Now()
@@ -289,8 +294,8 @@ func TestFleetOverClickHouse(t *testing.T) {
 
 	checkNoDuplicates(t, srv, "fleet")
 	for _, n := range nodes {
-		if runs := windowRuns(t, srv, "fleet", n); len(runs) != 1 || runs[0] < 25 {
-			t.Errorf("node %s: windows form runs %v, want one of 25 or more", n, runs)
+		if runs := windowRuns(t, srv, "fleet", n); len(runs) != 1 || runs[0] < 34*time.Second {
+			t.Errorf("node %s: windows form runs covering %v, want one over the 30 s outage and the windows before it", n, runs)
 		}
 	}
 }
