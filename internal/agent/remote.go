@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,13 +51,37 @@ func spoolOptions(o Options) spool.Options {
 func openSpool(o Options, spo spool.Options) (*spool.Spool, *remoteStore, error) {
 	so := store.DefaultOptions()
 	so.Retention = o.Retention
-	so.OnCompactError = func(err error) { o.Logf("store: %v", err) }
+	compactLog := &compactLog{logf: o.Logf}
+	so.OnCompactError = compactLog.report
 	r := &remoteStore{dsn: o.Store, opts: so}
 	sp, err := spool.Open(spo, r.connect)
 	if err != nil {
 		return nil, nil, err
 	}
+	compactLog.spool.Store(sp)
 	return sp, r, nil
+}
+
+// compactLog reports the store's failed retention passes, which it
+// retries every minute: once per distinct error, and not during an outage
+// the spool has reported already.
+type compactLog struct {
+	logf  func(format string, args ...any)
+	spool atomic.Pointer[spool.Spool]
+	mu    sync.Mutex
+	last  string
+}
+
+func (l *compactLog) report(err error) {
+	if sp := l.spool.Load(); sp != nil && sp.Stats().Outage {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if msg := err.Error(); msg != l.last {
+		l.last = msg
+		l.logf("store retention: %v (retried every minute)", err)
+	}
 }
 
 // connect opens the store; it is the spool's Connect.

@@ -226,3 +226,30 @@ func TestRemoteStoreBadStart(t *testing.T) {
 		})
 	}
 }
+
+// TestCompactLog: a retention pass that keeps failing the same way is one
+// line, a new error another, and none while the spool reports an outage.
+func TestCompactLog(t *testing.T) {
+	var logs logLines
+	l := &compactLog{logf: logs.logf}
+	for _, msg := range []string{"drop partition: timeout", "drop partition: timeout", "read parts: refused", "read parts: refused"} {
+		l.report(errors.New(msg))
+	}
+	if len(logs.lines) != 2 || logs.count("timeout") != 1 || logs.count("refused") != 1 {
+		t.Errorf("logged %q, want each error once", logs.lines)
+	}
+
+	o := spool.DefaultOptions(t.TempDir())
+	o.MinBackoff, o.MaxBackoff = time.Millisecond, time.Millisecond
+	sp, err := spool.Open(o, func(context.Context) (spool.Sink, error) { return nil, errors.New("down") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	eventually(t, "the outage", func() bool { return sp.Stats().Outage })
+	l.spool.Store(sp)
+	l.report(errors.New("read parts: connection refused"))
+	if len(logs.lines) != 2 {
+		t.Errorf("logged %q during an outage", logs.lines[2:])
+	}
+}

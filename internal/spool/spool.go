@@ -91,6 +91,8 @@ type Stats struct {
 	DroppedWindows, DroppedBytes int64
 	// Corrupt counts files that could not be read, set aside as *.corrupt.
 	Corrupt int64
+	// Outage is true from a failed attempt until the spool has caught up.
+	Outage bool
 }
 
 // entry is one window file.
@@ -290,6 +292,7 @@ func (s *Spool) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Windows, st.Bytes = len(s.queue), s.bytes
+	st.Outage = !s.outage.since.IsZero()
 	if len(s.queue) > 0 {
 		st.Oldest = s.queue[0].start
 	}
