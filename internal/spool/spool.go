@@ -196,7 +196,7 @@ func (s *Spool) Put(p *profile.Profile, fs []store.Finding) error {
 	}
 	size := int64(len(b))
 	if size > s.o.MaxBytes {
-		return fmt.Errorf("spool window: %w (%d bytes, --spool-max %d)", ErrTooLarge, size, s.o.MaxBytes)
+		return fmt.Errorf("spool window: %w: %d bytes, the bound is %d", ErrTooLarge, size, s.o.MaxBytes)
 	}
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
