@@ -108,6 +108,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stopSharedClickHouse()
+	stopFleet()
 	if dataset.dir != "" {
 		os.RemoveAll(dataset.dir)
 	}

@@ -24,8 +24,6 @@ type ClickHouse struct {
 	dsn   chDSN
 	opts  Options
 	hosts []*chClient // hosts[0] takes queries and inserts; all take DDL
-	// Version is the ClickHouse release of hosts[0], such as "18.16.1".
-	version string
 
 	mu     sync.Mutex // serialises writes and guards the fields below
 	seen   daySeen
@@ -77,12 +75,8 @@ func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, er
 		c.hosts = append(c.hosts, cl)
 	}
 	for i, h := range c.hosts {
-		v, err := prepare(ctx, h, d)
-		if err != nil {
+		if err := prepare(ctx, h, d); err != nil {
 			return nil, fmt.Errorf("open clickhouse store at %s: %w", d.hosts[i], err)
-		}
-		if i == 0 {
-			c.version = v
 		}
 	}
 	if o.CompactInterval > 0 {
@@ -95,14 +89,11 @@ func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, er
 	return c, nil
 }
 
-// Version is the ClickHouse release of the first host, such as "18.16.1".
-func (c *ClickHouse) Version() string { return c.version }
-
 var versionRe = regexp.MustCompile(`^(\d+)\.(\d+)`)
 
 // prepare checks that h is a ClickHouse flint can use and brings its
-// schema to chSchemaVersion. It returns the server's version.
-func prepare(ctx context.Context, h *chClient, d chDSN) (string, error) {
+// schema to chSchemaVersion.
+func prepare(ctx context.Context, h *chClient, d chDSN) error {
 	db := h.database
 	h.database = "" // the database may not exist yet
 	var version string
@@ -117,23 +108,20 @@ func prepare(ctx context.Context, h *chClient, d chDSN) (string, error) {
 	if err != nil {
 		switch chCode(err) {
 		case chUnknownUser, chWrongPassword, chRequiredPassword, chIPAddressNotAllow, chAuthFailed:
-			return "", fmt.Errorf("clickhouse refused user %q: %w", d.user, err)
+			return fmt.Errorf("clickhouse refused user %q: %w", d.user, err)
 		}
-		return "", err
+		return err
 	}
 	m := versionRe.FindStringSubmatch(version)
 	if m == nil {
-		return "", fmt.Errorf("clickhouse version %q does not parse", version)
+		return fmt.Errorf("clickhouse version %q does not parse", version)
 	}
 	major, _ := strconv.Atoi(m[1])
 	minor, _ := strconv.Atoi(m[2])
 	if major < minVersion[0] || major == minVersion[0] && minor < minVersion[1] {
-		return "", fmt.Errorf("clickhouse %s is older than %d.%d, the oldest flint supports", version, minVersion[0], minVersion[1])
+		return fmt.Errorf("clickhouse %s is older than %d.%d, the oldest flint supports", version, minVersion[0], minVersion[1])
 	}
-	if err := migrateClickHouse(ctx, h, d.cluster); err != nil {
-		return "", err
-	}
-	return version, nil
+	return migrateClickHouse(ctx, h, d.cluster)
 }
 
 // chTable is one table of the schema.

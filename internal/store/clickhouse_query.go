@@ -134,42 +134,55 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if c.opts.MaxStacks > 0 {
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxStacks+1)
 	}
-	// Sum per (label set, stack) near the data, then merge label sets that
-	// keep the same labels. The right side has one row per hash; ALL, as
-	// ANY INNER JOIN keeps one left row per key since ClickHouse 20.
-	sql := "SELECT stack, kn, kv, sum(n) FROM (SELECT labels, stack, sum(count) AS n FROM samples WHERE " + where +
-		" GROUP BY labels, stack) AS s ALL INNER JOIN (SELECT hash AS labels, any(" + kn + ") AS kn, any(" + kv + ") AS kv FROM labelsets WHERE " +
-		chDays(q.From, q.To) + " AND " + cond + " GROUP BY hash) AS l USING labels GROUP BY stack, kn, kv" + limit
+	// Each matching label set maps to a group, the hash of the labels it
+	// keeps; samples are summed per (stack, group) as they are read, so
+	// the server never holds more than the answer. (Summing per label set
+	// and stack first, then merging, costs a hash table of every pair in
+	// the range: seconds over a fleet's hour.)
+	sets := "(SELECT hash, any(" + kn + ") AS kn, any(" + kv + ") AS kv FROM labelsets WHERE " +
+		chDays(q.From, q.To) + " AND " + cond + " GROUP BY hash)"
+	groups := map[uint64]map[string]string{}
+	err = c.queryRows(ctx, "SELECT DISTINCT cityHash64(toString(kn), toString(kv)), kn, kv FROM "+sets, func(r *rowReader) error {
+		g, names, values := r.uint64(), r.strings(), r.strings()
+		if len(names) != len(values) {
+			return fmt.Errorf("label set of %d names and %d values", len(names), len(values))
+		}
+		l := make(map[string]string, len(names))
+		for i := range names {
+			l[names[i]] = values[i]
+		}
+		groups[g] = l
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read label sets: %w", err)
+	}
 	type row struct {
 		stack  uint64
 		labels map[string]string
 		count  int64
 	}
 	var rows []row
-	groups := map[string]map[string]string{}
-	var key []byte
-	err = c.queryRows(ctx, sql, func(r *rowReader) error {
-		st, names, values, n := r.uint64(), r.strings(), r.strings(), r.int64()
-		if len(names) != len(values) {
-			return fmt.Errorf("label set of %d names and %d values", len(names), len(values))
-		}
-		key = key[:0]
-		for i := range names {
-			key = appendString(appendString(key, names[i]), values[i])
-		}
-		l, ok := groups[string(key)]
-		if !ok {
-			l = make(map[string]string, len(names))
-			for i := range names {
-				l[names[i]] = values[i]
+	if len(groups) > 0 {
+		// FROM samples itself, so that over a cluster each shard joins and
+		// sums its own rows (the label sets it joins are its own too).
+		sql := "SELECT stack, g, sum(count) FROM samples ALL INNER JOIN (SELECT hash AS labels, cityHash64(toString(kn), toString(kv)) AS g FROM " +
+			sets + ") AS l USING labels WHERE " + where + " GROUP BY stack, g" + limit
+		err = c.queryRows(ctx, sql, func(r *rowReader) error {
+			st, g, n := r.uint64(), r.uint64(), r.int64()
+			if r.err != nil {
+				return nil
 			}
-			groups[string(key)] = l
+			l, ok := groups[g]
+			if !ok {
+				return fmt.Errorf("samples of label group %x, which is not among the label sets", g)
+			}
+			rows = append(rows, row{st, l, n})
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		rows = append(rows, row{st, l, n})
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	if c.opts.MaxStacks > 0 && len(rows) > c.opts.MaxStacks {
 		return nil, fmt.Errorf("%w: profile has more than %d distinct samples; narrow the selector or the range, or keep fewer labels",

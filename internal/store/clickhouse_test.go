@@ -324,3 +324,23 @@ func TestOpenURL(t *testing.T) {
 	}
 	s.Close()
 }
+
+func TestParseError(t *testing.T) {
+	tests := []struct {
+		body string
+		code int
+		msg  string
+	}{
+		{"Code: 193, e.displayText() = DB::Exception: Wrong password for user flint, e.what() = DB::Exception\n", 193, "Wrong password for user flint"},
+		{"Code: 516. DB::Exception: default: Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED) (version 24.8.4.13 (official build))\n",
+			516, "default: Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)"},
+		{"Code: 60. DB::Exception: Table flint.samples does not exist. (UNKNOWN_TABLE) (version 25.1.1.1)\nstack trace\n", 60, "Table flint.samples does not exist. (UNKNOWN_TABLE)"},
+		{"Code: x\n", 0, "Code: x"},
+	}
+	for _, tt := range tests {
+		var e *chError
+		if !errors.As(parseError([]byte(tt.body)), &e) || e.Code != tt.code || e.Msg != tt.msg {
+			t.Errorf("%q: got %+v, want code %d %q", tt.body, e, tt.code, tt.msg)
+		}
+	}
+}
