@@ -235,10 +235,12 @@ func (a *Agent) openStore() (closeStore func(), err error) {
 // otherwise.
 const spoolDrainTimeout = 5 * time.Second
 
+// drainSpool gives the store the windows left, unless it is failing: then
+// waiting would only delay the stop.
 func (a *Agent) drainSpool() {
 	ctx, cancel := context.WithTimeout(context.Background(), spoolDrainTimeout)
 	defer cancel()
-	if a.spool.Drain(ctx) != nil {
+	if a.spool.Stats().Outage || a.spool.Drain(ctx) != nil {
 		a.o.Logf("%d windows wait in the spool for the next start", a.spool.Stats().Windows)
 	}
 }
