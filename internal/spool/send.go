@@ -34,7 +34,10 @@ func (s *Spool) run(ctx context.Context, connect Connect) {
 	}) {
 		return
 	}
-	s.endOutage()
+	s.mu.Lock()
+	note := s.caughtUp()
+	s.mu.Unlock()
+	s.log(note)
 	for {
 		e := s.next(ctx)
 		if e == nil || !s.send(ctx, sink, e) {
@@ -90,7 +93,6 @@ func (s *Spool) send(ctx context.Context, sink Sink, e *entry) bool {
 			s.outage.late++
 		}
 	})
-	s.endOutage()
 	return true
 }
 
@@ -112,17 +114,21 @@ func (s *Spool) setAside(e *entry, cause error) {
 	s.remove(e, func() { s.stats.Corrupt++ })
 }
 
-// remove takes e out of the queue and counts it with count, under s.mu.
+// remove takes e out of the queue, counts it with count under s.mu, and
+// ends an outage if that empties the queue: in one critical section, so
+// Stats never shows an outage with nothing left to send.
 func (s *Spool) remove(e *entry, count func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if i := slices.Index(s.queue, e); i >= 0 {
 		s.queue = slices.Delete(s.queue, i, i+1)
 		s.bytes -= e.size
 	}
 	s.inFlight = nil
 	count()
+	note := s.caughtUp()
 	s.notify()
+	s.mu.Unlock()
+	s.log(note)
 }
 
 // retry calls attempt, each call bounded by SendTimeout, until it
@@ -167,17 +173,22 @@ func (s *Spool) failed(err error) {
 	}
 }
 
-// endOutage logs the end of an outage once the spool has caught up.
-func (s *Spool) endOutage() {
-	s.mu.Lock()
+// caughtUp ends an outage once the queue is empty and returns the line
+// saying so; "" otherwise. Called with s.mu held.
+func (s *Spool) caughtUp() string {
 	o := s.outage
-	over := !o.since.IsZero() && len(s.queue) == 0
-	if over {
-		s.outage = outage{}
+	if o.since.IsZero() || len(s.queue) > 0 {
+		return ""
 	}
-	s.mu.Unlock()
-	if over {
-		s.o.Logf("store reachable again after %s: sent %d spooled windows late", time.Since(o.since).Round(time.Second), o.late)
+	s.outage = outage{}
+	return fmt.Sprintf("store reachable again after %s: sent %d spooled windows late", time.Since(o.since).Round(time.Second), o.late)
+}
+
+// log logs note unless it is empty; never called with s.mu held, so Logf
+// may take its own locks.
+func (s *Spool) log(note string) {
+	if note != "" {
+		s.o.Logf("%s", note)
 	}
 }
 

@@ -205,9 +205,7 @@ func (s *Spool) Put(p *profile.Profile, fs []store.Finding) error {
 	s.seq++
 	note := s.makeRoom(size)
 	s.mu.Unlock()
-	if note != "" {
-		s.o.Logf("%s", note)
-	}
+	s.log(note)
 
 	name := fileName(seq, p.Start)
 	if err := writeDurably(s.o.Dir, name, b); err != nil {
