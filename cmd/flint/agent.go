@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -56,6 +57,27 @@ func (c *AgentConfig) Validate() error {
 		return errors.New("--data-dir is empty")
 	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
 		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
+	case c.SpoolMax < 1<<20:
+		return fmt.Errorf("--spool-max %d: below 1MB leaves no room for a window", c.SpoolMax)
+	}
+	return checkStoreURL(c.Store)
+}
+
+// checkStoreURL checks the form of --store; the store checks the rest
+// (database name, parameters, credentials) when the agent opens it.
+// Errors never quote the URL: it may hold a password.
+func checkStoreURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("--store: not a URL; want clickhouse://host:8123/database")
+	case u.Scheme != "clickhouse":
+		return fmt.Errorf("--store: unknown scheme %q; want clickhouse://host:8123/database", u.Scheme)
+	case u.Host == "":
+		return errors.New("--store: no host; want clickhouse://host:8123/database")
 	}
 	return nil
 }
@@ -143,11 +165,19 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	c := &AgentConfig{Options: agent.DefaultOptions()}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store (with --store: of the spool)")
+	// As flint server's: the default comes from the environment, which
+	// keeps a password out of ps, and is not printed by -h.
+	c.Store = os.Getenv("FLINT_STORE")
+	fs.Func("store", "write windows to this remote store `URL`, clickhouse://host:8123/db?user=U&password_file=F, through a spool in --data-dir (default $FLINT_STORE; empty: SQLite in --data-dir)", func(s string) error {
+		c.Store = s
+		return nil
+	})
+	fs.Var(byteSize{&c.SpoolMax}, "spool-max", "with --store, drop the oldest spooled windows beyond this `size` while the store is unreachable")
 	fs.IntVar(&c.Frequency, "frequency", c.Frequency, "samples per second per CPU (`Hz`)")
 	fs.Var(longDuration{&c.Window}, "window", "`duration` of one stored profile")
 	fs.Var(longDuration{&c.Retention}, "retention", "drop profiles older than this `duration` (e.g. 7d; 0 keeps all)")
-	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this store `size` (e.g. 1GB; 0: no limit)")
+	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this SQLite store `size` (e.g. 1GB; 0: no limit)")
 	listenFlags(fs, &c.Listen, c.API.Addr)
 	fs.StringVar(&c.Node, "node", "", "node `name` labelling every sample (default: host name)")
 	fs.StringVar(&c.Kubelet.URL, "kubelet", "", "the kubelet's pod list `URL`, https://NODE_IP:10250/pods, naming pods and containers (default: none)")

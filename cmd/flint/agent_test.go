@@ -42,6 +42,42 @@ func TestParseAgent(t *testing.T) {
 	}
 }
 
+func TestParseAgentStore(t *testing.T) {
+	t.Setenv("FLINT_STORE", "")
+	c, err := parseAgent([]string{"--store", "clickhouse://ch.internal:8123/flint?user=flint&password_file=/run/secrets/ch", "--spool-max", "64MB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "clickhouse://ch.internal:8123/flint?user=flint&password_file=/run/secrets/ch" || c.SpoolMax != 64e6 {
+		t.Errorf("config %+v", c.Options)
+	}
+	if c, _ := parseAgent(nil); c.Store != "" || c.SpoolMax != 256<<20 {
+		t.Errorf("defaults: store %q, spool max %d; want SQLite and 256MiB", c.Store, c.SpoolMax)
+	}
+	t.Setenv("FLINT_STORE", "clickhouse://ch:8123/flint?password=p")
+	if c, _ := parseAgent(nil); c.Store != "clickhouse://ch:8123/flint?password=p" {
+		t.Errorf("store %q, want $FLINT_STORE", c.Store)
+	}
+	if c, _ := parseAgent([]string{"--store", ""}); c.Store != "" {
+		t.Errorf("--store '' kept %q, want SQLite", c.Store)
+	}
+	t.Setenv("FLINT_STORE", "")
+	for _, tc := range []struct{ args, want string }{
+		{"--store http://ch:8123/flint", `unknown scheme "http"`},
+		{"--store clickhouse:///flint", "no host"},
+		{"--store ://secret@", "not a URL"},
+		{"--store ftp://user:secret@ch/flint", `unknown scheme "ftp"`},
+		{"--spool-max 10KB", "below 1MB"},
+		{"--spool-max 0", "below 1MB"},
+		{"--spool-max lots", "bad size"},
+	} {
+		_, err := parseAgent(strings.Fields(tc.args))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseAgent(%q): %v, want an error with %q and no password", tc.args, err, tc.want)
+		}
+	}
+}
+
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

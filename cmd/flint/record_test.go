@@ -111,7 +111,13 @@ func build(t *testing.T) (flint, spin string) {
 
 func startSpin(t *testing.T, spin string) int {
 	t.Helper()
-	cmd := exec.Command(spin, "30")
+	return startSpinFor(t, spin, "30")
+}
+
+// startSpinFor starts the spin fixture for that many seconds of CPU time.
+func startSpinFor(t *testing.T, spin, seconds string) int {
+	t.Helper()
+	cmd := exec.Command(spin, seconds)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -21,21 +23,30 @@ import (
 	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/selector"
 	"github.com/flint-dev/flint/internal/server"
+	"github.com/flint-dev/flint/internal/spool"
 	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // Options configure the agent.
 type Options struct {
-	// DataDir holds the store; created if missing.
+	// DataDir holds the store, or with Store set the spool; created if
+	// missing.
 	DataDir string
+	// Store is the URL of a remote store (clickhouse://host:8123/db?…,
+	// see store.OpenClickHouse) that windows go to through a spool in
+	// DataDir; "" keeps them in the SQLite store in DataDir.
+	Store string
+	// SpoolMax bounds the spool in bytes (with Store set): beyond it the
+	// oldest windows are dropped.
+	SpoolMax int64
 	// Frequency is samples per second per CPU.
 	Frequency int
 	// Window is how much time one stored profile covers.
 	Window time.Duration
 	// Retention drops windows older than this; 0 keeps them forever.
 	Retention time.Duration
-	// MaxSize bounds the store in bytes; 0 means no bound.
+	// MaxSize bounds the SQLite store in bytes; 0 means no bound.
 	MaxSize int64
 	// API is where the HTTP API listens; an empty Addr serves no API.
 	API server.Endpoint
@@ -71,6 +82,7 @@ func DefaultOptions() Options {
 		Window:      10 * time.Second,
 		Retention:   7 * 24 * time.Hour,
 		MaxSize:     1 << 30,
+		SpoolMax:    spool.DefaultOptions("").MaxBytes,
 		API:         server.Endpoint{Addr: "127.0.0.1:7070"},
 		Transfer:    sampler.RingBuffer,
 		DoctorEvery: time.Minute,
@@ -90,7 +102,8 @@ const (
 // Agent is a running agent.
 type Agent struct {
 	o       Options
-	store   store.Store
+	store   store.Store  // answers the API
+	spool   *spool.Spool // with Options.Store: where windows go
 	sampler *sampler.Sampler
 	sym     *symbol.Symbolizer
 	coll    *collect.Collector
@@ -140,16 +153,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := sampler.CheckPrivileges(); err != nil {
 		return err
 	}
-	so := store.DefaultOptions()
-	so.Retention, so.MaxSize = o.Retention, o.MaxSize
-	so.Logf = o.Logf
-	st, err := store.Open(o.DataDir, so)
+	a := &Agent{o: o, sym: symbol.New(), liveNew: make(chan *liveRequest), loopDone: make(chan struct{})}
+	closeStore, err := a.openStore()
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-
-	a := &Agent{o: o, store: st, sym: symbol.New(), liveNew: make(chan *liveRequest), loopDone: make(chan struct{})}
+	defer closeStore()
 	defer a.sym.Close()
 	a.coll = collect.New(a.sym, o.Node)
 	if o.Kubelet.URL != "" {
@@ -185,12 +194,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	a.self = a.ownLabels()
-	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, o.DataDir)
+	where := o.DataDir
+	if o.Store != "" {
+		where = fmt.Sprintf("%s through the spool in %s", storeName(o.Store), filepath.Join(o.DataDir, "spool"))
+	}
+	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, where)
 
 	var api *server.Running
 	if o.API.Addr != "" {
 		api, err = server.Start(o.API, server.Options{
-			Store: st, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
+			Store: a.store, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
 		})
 		if err != nil {
 			return err
@@ -204,6 +217,47 @@ func Run(ctx context.Context, o Options) error {
 		api.Shutdown(shutdown)
 	}
 	return nil
+}
+
+// openStore opens the SQLite store in DataDir, or with Options.Store the
+// spool in front of the remote store; the function it returns closes them.
+func (a *Agent) openStore() (closeStore func(), err error) {
+	if a.o.Store == "" {
+		so := store.DefaultOptions()
+		so.Retention, so.MaxSize = a.o.Retention, a.o.MaxSize
+		so.Logf = a.o.Logf
+		st, err := store.Open(a.o.DataDir, so)
+		if err != nil {
+			return nil, err
+		}
+		a.store = st
+		return func() { st.Close() }, nil
+	}
+	sp, remote, err := openSpool(a.o, spoolOptions(a.o))
+	if err != nil {
+		return nil, err
+	}
+	a.store, a.spool = remote, sp
+	return func() {
+		a.drainSpool()
+		sp.Close()
+		remote.Close()
+	}, nil
+}
+
+// spoolDrainTimeout is how long a stopping agent waits for the store to
+// take the windows still in the spool; they are sent at the next start
+// otherwise.
+const spoolDrainTimeout = 5 * time.Second
+
+// drainSpool gives the store the windows left, unless it is failing: then
+// waiting would only delay the stop.
+func (a *Agent) drainSpool() {
+	ctx, cancel := context.WithTimeout(context.Background(), spoolDrainTimeout)
+	defer cancel()
+	if a.spool.Stats().Outage || a.spool.Drain(ctx) != nil {
+		a.o.Logf("%d windows wait in the spool for the next start", a.spool.Stats().Windows)
+	}
 }
 
 // stacksPerWindow sizes the kernel stack maps: distinct stacks in a window
@@ -268,24 +322,24 @@ func (a *Agent) drain(now time.Time) {
 	a.feedLive(batch, now)
 }
 
-// flush names the current window and writes it to the store. A write that
-// fails (disk full, store unwritable) drops the window, counts it and is
-// logged; sampling goes on and later windows are written when they can be.
+// flush names the current window and writes it, with the findings of its
+// examination, to the store or the spool. A write that fails (disk full,
+// store unwritable) drops the window, counts it and is logged; sampling
+// goes on and later windows are written when they can be.
 func (a *Agent) flush(now time.Time) {
 	a.round++
 	p := a.coll.Profile(a.window, collect.Options{
 		Start: a.windowStart, Duration: now.Sub(a.windowStart), Period: a.period(), Round: a.round,
 	})
 	a.addSelfCost(p)
+	var findings []store.Finding
 	if a.exam != nil {
-		a.endExamination(a.window, p)
+		findings = a.endExamination(a.window, p)
 	}
 	a.window = nil
 	a.windowStart = now
 
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.Window)
-	err := a.store.Write(ctx, p)
-	cancel()
+	err := a.write(p, findings)
 	a.metrics.record(p, err)
 	switch {
 	case err != nil && a.metrics.failing() == 1:
@@ -299,6 +353,27 @@ func (a *Agent) flush(now time.Time) {
 		a.o.Logf("%v", err)
 	}
 	a.beginExamination(p, time.Now())
+}
+
+// write puts a window and its findings into the spool, or writes them to
+// the SQLite store: the findings first, each in its own transaction.
+func (a *Agent) write(p *profile.Profile, findings []store.Finding) error {
+	if a.spool != nil {
+		err := a.spool.Put(p, findings)
+		switch {
+		case err == nil:
+			a.metrics.findings.Add(int64(len(findings)))
+		case len(findings) > 0:
+			a.metrics.examinationsFailed.Add(1) // flush logs err
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.Window)
+	defer cancel()
+	if len(findings) > 0 {
+		a.countFindings(findings, a.store.WriteFindings(ctx, findings))
+	}
+	return a.store.Write(ctx, p)
 }
 
 func (a *Agent) period() time.Duration { return time.Second / time.Duration(a.o.Frequency) }

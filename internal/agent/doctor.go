@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"strconv"
@@ -47,8 +46,8 @@ func (a *Agent) beginExamination(last *profile.Profile, now time.Time) {
 }
 
 // endExamination analyses the examined window, whose samples are window and
-// whose stored profile is stored, and writes its findings.
-func (a *Agent) endExamination(window []sampler.Sample, stored *profile.Profile) {
+// whose stored profile is stored, and returns its findings to store with it.
+func (a *Agent) endExamination(window []sampler.Sample, stored *profile.Profile) []store.Finding {
 	e := a.exam
 	a.exam = nil
 	defer e.Close()
@@ -61,11 +60,11 @@ func (a *Agent) endExamination(window []sampler.Sample, stored *profile.Profile)
 	if err != nil {
 		a.metrics.examinationsFailed.Add(1)
 		a.o.Logf("doctor: %v", err)
-		return
+		return nil
 	}
 	a.metrics.examinations.Add(1)
 	if len(findings) == 0 {
-		return
+		return nil
 	}
 	recs := make([]store.Finding, 0, len(findings))
 	for _, f := range findings {
@@ -78,14 +77,18 @@ func (a *Agent) endExamination(window []sampler.Sample, stored *profile.Profile)
 			Labels: processLabels(stored, f, a.o.Node), Body: body,
 		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.Window)
-	defer cancel()
-	if err := a.store.WriteFindings(ctx, recs); err != nil {
+	return recs
+}
+
+// countFindings counts findings stored, or an examination whose findings
+// could not be, with err the write's error.
+func (a *Agent) countFindings(findings []store.Finding, err error) {
+	if err != nil {
 		a.metrics.examinationsFailed.Add(1)
 		a.o.Logf("doctor: %v", err)
 		return
 	}
-	a.metrics.findings.Add(int64(len(recs)))
+	a.metrics.findings.Add(int64(len(findings)))
 }
 
 // processLabels are the labels of the process a finding is about, as its

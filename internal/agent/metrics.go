@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/spool"
 )
 
 // metrics are the agent's counters, read by /metrics from other goroutines.
@@ -46,9 +48,7 @@ func (m *metrics) recovered() bool { return m.wasFailing.Swap(false) }
 
 // writeMetrics writes the agent's metrics in the Prometheus text format.
 func (a *Agent) writeMetrics(w io.Writer) {
-	gauge := func(name, help, typ string, v any) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
-	}
+	gauge := metricWriter(w)
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
@@ -68,9 +68,12 @@ func (a *Agent) writeMetrics(w io.Writer) {
 			fmt.Fprintf(w, "flint_samples_lost_total{reason=%q} %d\n", reason, n)
 		}
 	}
-	gauge("flint_samples_written_total", "Samples written to the store.", "counter", a.metrics.samplesWritten.Load())
-	gauge("flint_windows_written_total", "Windows written to the store.", "counter", a.metrics.windowsWritten.Load())
-	gauge("flint_windows_dropped_total", "Windows dropped because the store could not write them.", "counter", a.metrics.windowsDropped.Load())
+	gauge("flint_samples_written_total", "Samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
+	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store.", "counter", a.metrics.windowsWritten.Load())
+	gauge("flint_windows_dropped_total", "Windows dropped because the store (or the spool) could not write them.", "counter", a.metrics.windowsDropped.Load())
+	if a.spool != nil {
+		writeSpoolMetrics(w, a.spool.Stats(), time.Now())
+	}
 	gauge("flint_doctor_examinations_total", "Windows flint doctor's detectors examined.", "counter", a.metrics.examinations.Load())
 	gauge("flint_doctor_examinations_failed_total", "Examinations that could not start, end or be stored.", "counter", a.metrics.examinationsFailed.Load())
 	gauge("flint_doctor_findings_total", "Findings stored.", "counter", a.metrics.findings.Load())
@@ -79,8 +82,34 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_symbol_cache_misses_total", "Addresses named by a table lookup.", "counter", ns.CacheMisses)
 	gauge("flint_binaries_parsed_total", "Binaries whose symbol tables were parsed.", "counter", ns.BinariesParsed)
 	gauge("flint_processes", "Process images the agent knows.", "gauge", a.coll.Processes())
-	gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
+	if a.spool == nil {
+		gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
+	}
 	gauge("flint_go_goroutines", "Goroutines of the agent.", "gauge", runtime.NumGoroutine())
+}
+
+// metricWriter returns a function writing one metric without labels to w.
+func metricWriter(w io.Writer) func(name, help, typ string, v any) {
+	return func(name, help, typ string, v any) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
+	}
+}
+
+// writeSpoolMetrics writes the spool's gauges and counters.
+func writeSpoolMetrics(w io.Writer, st spool.Stats, now time.Time) {
+	gauge := metricWriter(w)
+	gauge("flint_spool_windows", "Windows waiting in the spool for the remote store.", "gauge", st.Windows)
+	gauge("flint_spool_bytes", "Bytes of the windows waiting in the spool.", "gauge", st.Bytes)
+	age := 0.0
+	if !st.Oldest.IsZero() {
+		age = now.Sub(st.Oldest).Seconds()
+	}
+	gauge("flint_spool_oldest_window_age_seconds", "Age of the oldest window waiting in the spool; 0 when empty.", "gauge", age)
+	gauge("flint_windows_sent_total", "Windows the remote store accepted from the spool.", "counter", st.Sent)
+	gauge("flint_spool_send_failures_total", "Failed attempts to open the remote store or send it a window.", "counter", st.SendFailures)
+	gauge("flint_spool_dropped_windows_total", "Windows dropped from the full spool, oldest first.", "counter", st.DroppedWindows)
+	gauge("flint_spool_dropped_bytes_total", "Bytes of the windows dropped from the full spool.", "counter", st.DroppedBytes)
+	gauge("flint_spool_corrupt_windows_total", "Spool files that could not be read, set aside as *.corrupt.", "counter", st.Corrupt)
 }
 
 // memory reads the agent's resident and peak resident set sizes in bytes.
