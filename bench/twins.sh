@@ -54,6 +54,6 @@ grep -h ' twin ' "$out"/run-*.log | sed 's/^.*twin //' | awk '
 		cnt[k]++
 	}
 }
-END { for (k in max) printf "%-70s worst %-10.4g in %d runs\n", k, max[k], cnt[k] }' | sort | tee "$out/worst.txt"
+END { for (k in max) printf "%-70s worst %-10.4g of %d values\n", k, max[k], cnt[k] }' | sort | tee "$out/worst.txt"
 grep -h -- '--- FAIL\|_test.go:[0-9]*: ' "$out"/run-*.log | grep -v ' twin \|note:' | sort | uniq -c | sort -rn | head -40 >"$out/failures.txt" || true
 say "$fails of $RUNS runs failed; worst values in $out/worst.txt, failures in $out/failures.txt"

@@ -229,7 +229,9 @@ done
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			if !strings.Contains(string(out), "no problems found") {
+			// The report is about the fixture; node-wide findings about
+			// other engineers' processes may follow.
+			if !strings.Contains(string(out), "flint doctor: pid "+pid+" (busypoll)") {
 				t.Errorf("output %s", out)
 			}
 		})

@@ -7,11 +7,11 @@
 // Capabilities belong to threads, not processes: Drop changes every thread
 // of the process at once (syscall.AllThreadsSyscall), which Go refuses in a
 // binary that links cgo, since cgo code may start threads Go does not know.
-// flint needs no cgo; `make build` and the release builds use
-// CGO_ENABLED=0, and Drop returns ErrCgo from any other build.
+// flint needs no cgo; `make build` uses CGO_ENABLED=0, and Drop returns
+// ErrCgo from a build with cgo.
 //
 //	// after loading and attaching:
-//	if err := privilege.Drop(privilege.Agent); err != nil { ... }
+//	kept, err := privilege.Drop(privilege.Agent)
 package privilege
 
 import (
