@@ -148,7 +148,8 @@ type Options struct {
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
 	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
 		locs:      map[locKey]*profile.Location{},
-		mappings:  map[*proc.Mapping]*profile.Mapping{},
+		mappings:  map[*proc.Mapping]*mappingBias{},
+		linked:    map[linkedKey]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
 		stacks:    map[stackKey]namedStack{},
 		stackIDs:  map[string]int{},
@@ -181,7 +182,8 @@ type builder struct {
 	round     uint64
 	threadIDs bool
 	locs      map[locKey]*profile.Location
-	mappings  map[*proc.Mapping]*profile.Mapping
+	mappings  map[*proc.Mapping]*mappingBias
+	linked    map[linkedKey]*profile.Mapping // shared by the processes of a binary
 	kernMaps  map[string]*profile.Mapping
 	stacks    map[stackKey]namedStack
 	stackIDs  map[string]int // a stack's location numbers -> its id
@@ -192,8 +194,12 @@ type builder struct {
 	key       strings.Builder
 }
 
+// locKey identifies a location by the process it was sampled in (nil for
+// kernel addresses) and its address there, or, for a binary's link-time
+// address, by its mapping.
 type locKey struct {
-	proc     *proc.Process // nil for kernel addresses
+	proc     *proc.Process
+	mapping  *profile.Mapping
 	addr     uint64
 	isReturn bool
 }
@@ -388,13 +394,59 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if m != nil {
 		pm := b.mappings[m]
 		if pm == nil {
-			pm = &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.Path, BuildID: b.c.sym.BuildID(m.Key())}
+			pm = b.mapping(m)
 			b.mappings[m] = pm
 		}
-		l.Mapping = pm
+		l.Mapping = pm.Mapping
+		if pm.linked {
+			// Processes of one binary share its locations.
+			l.Address = addr - pm.bias
+			sk := locKey{mapping: pm.Mapping, addr: l.Address, isReturn: isReturn}
+			if shared := b.locs[sk]; shared != nil {
+				l = shared
+			} else {
+				b.locs[sk] = l
+			}
+		}
 	}
 	b.locs[lk] = l
 	return l
+}
+
+// mapping describes a mapping for profiles, at the addresses its binary
+// was linked at when it can be read: every process running the binary
+// then gets the same mapping and locations, wherever ASLR put it, so a
+// new process of a known binary adds no mappings, locations or stacks to
+// the store, only its labels. Tools that name addresses (pprof, addr2line)
+// take link-time addresses as they are.
+func (b *builder) mapping(m *proc.Mapping) *mappingBias {
+	bias, linked := b.c.sym.Bias(m) // else runtime addresses, per process
+	pm := profile.Mapping{Start: m.Start - bias, Limit: m.End - bias, Offset: m.Offset, File: m.Path, BuildID: b.c.sym.BuildID(m.Key())}
+	if !linked {
+		return &mappingBias{Mapping: &pm}
+	}
+	// The file's identity too: a binary rebuilt in place under one path,
+	// with no build ID, is another binary.
+	k := linkedKey{m.Key(), pm}
+	shared := b.linked[k]
+	if shared == nil {
+		shared = &pm
+		b.linked[k] = shared
+	}
+	return &mappingBias{Mapping: shared, bias: bias, linked: true}
+}
+
+type linkedKey struct {
+	file proc.FileKey
+	profile.Mapping
+}
+
+// mappingBias is a profile mapping and, when linked is set, how far the
+// process loaded it from where its binary was linked.
+type mappingBias struct {
+	*profile.Mapping
+	bias   uint64
+	linked bool
 }
 
 // id numbers locations so a stack has a compact merge key.

@@ -187,6 +187,27 @@ func (s *Symbolizer) binary(k proc.FileKey) *Binary {
 	return f.bin
 }
 
+// Bias returns how far a process loaded mapping m from the addresses its
+// binary was linked at: the runtime address minus the link-time address,
+// the same for every address in m. A process-independent address is the
+// runtime address minus it. ok is false when m's binary cannot be read, or
+// for memory no file backs other than the vDSO.
+func (s *Symbolizer) Bias(m *proc.Mapping) (bias uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var bin *Binary
+	switch {
+	case m.Path == "[vdso]":
+		bin = s.vdsoBinary()
+	case m.Inode != 0:
+		bin = s.binary(m.Key())
+	}
+	if bin == nil {
+		return 0, false
+	}
+	return bin.bias(m.Start, m.Offset, m.End-m.Start)
+}
+
 // BuildID returns the build ID of a learned file, "" if unknown. It reads
 // only the notes unless the file's tables are parsed already.
 func (s *Symbolizer) BuildID(k proc.FileKey) string {
@@ -259,18 +280,24 @@ func moduleName(m *proc.Mapping) string {
 }
 
 func (s *Symbolizer) lookupVDSO(offset uint64) []Frame {
-	if !s.vdsoDone {
-		s.vdsoDone = true
-		s.vdso, _ = readOwnVDSO()
-	}
-	if s.vdso != nil {
-		if a, ok := s.vdso.Addr(offset); ok {
-			if frames := s.vdso.Lookup(a); frames != nil {
+	if vdso := s.vdsoBinary(); vdso != nil {
+		if a, ok := vdso.Addr(offset); ok {
+			if frames := vdso.Lookup(a); frames != nil {
 				return frames
 			}
 		}
 	}
 	return []Frame{{Function: fmt.Sprintf("[vdso]+0x%x", offset)}}
+}
+
+// vdsoBinary returns flint's own vDSO image, read once; nil if unreadable.
+// Callers hold s.mu.
+func (s *Symbolizer) vdsoBinary() *Binary {
+	if !s.vdsoDone {
+		s.vdsoDone = true
+		s.vdso, _ = readOwnVDSO()
+	}
+	return s.vdso
 }
 
 // readOwnVDSO parses flint's own vDSO: the kernel maps the same image into
