@@ -22,10 +22,24 @@ type Collector struct {
 	sym  *symbol.Symbolizer
 	node string
 
-	mu    sync.Mutex
-	procs map[procKey]*procEntry
-	files map[proc.FileKey]int // mappings of known processes per file
+	mu      sync.Mutex
+	procs   map[procKey]*procEntry
+	files   map[proc.FileKey]*fileUse // files mapped by known processes
+	skipped uint64                    // processes not learned: maxProcs known
 }
+
+// fileUse counts the mappings of a file by known processes, and keeps one
+// copy of its path for all of them.
+type fileUse struct {
+	mappings int
+	path     string
+}
+
+// maxProcs bounds the process images known at once. Exited processes are
+// kept until their samples are named (Forget), so a burst of short-lived
+// ones (thousands a second) would otherwise grow the agent without bound;
+// a snapshot costs about 1-2 KB.
+const maxProcs = 16384
 
 type procEntry struct {
 	p *proc.Process
@@ -38,12 +52,23 @@ type procKey struct{ pid, generation uint32 }
 
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
-	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]int{}}
+	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{}}
 }
 
 // NewProc snapshots a process the sampler just saw for the first time; it
-// is the sampler's OnNewProc callback.
+// is the sampler's OnNewProc callback. With maxProcs processes known it
+// learns none (Stats counts them): their samples keep the names the kernel
+// gave them, their frames are unknown.
 func (c *Collector) NewProc(pid, generation uint32) {
+	c.mu.Lock()
+	full := len(c.procs) >= maxProcs
+	if full {
+		c.skipped++
+	}
+	c.mu.Unlock()
+	if full {
+		return
+	}
 	p, err := proc.Read(int(pid))
 	if err != nil {
 		return // gone already: its samples keep their names from the kernel only
@@ -55,16 +80,42 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	c.mu.Unlock()
 }
 
-// countFiles adds delta to the mappings counted per file. Callers hold mu.
+// countFiles adds delta to the mappings counted per file; adding, it makes
+// mappings share their file's path. Callers hold mu.
 func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 	for i := range mappings {
-		if m := &mappings[i]; m.Inode != 0 {
-			k := m.Key()
-			if c.files[k] += delta; c.files[k] <= 0 {
-				delete(c.files, k)
-			}
+		m := &mappings[i]
+		if m.Inode == 0 {
+			continue
+		}
+		k := m.Key()
+		u := c.files[k]
+		if u == nil {
+			u = &fileUse{path: m.Path}
+			c.files[k] = u
+		} else if delta > 0 && m.Path == u.path {
+			m.Path = u.path
+		}
+		if u.mappings += delta; u.mappings <= 0 {
+			delete(c.files, k)
 		}
 	}
+}
+
+// Stats count what the Collector holds and skipped.
+type Stats struct {
+	// ProcessesSkipped counts new processes not learned because maxProcs
+	// were known.
+	ProcessesSkipped uint64
+	// Files is the files known processes map.
+	Files int
+}
+
+// Stats returns the Collector's counters.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{ProcessesSkipped: c.skipped, Files: len(c.files)}
 }
 
 // Maps reports whether a known process maps the file; it tells
@@ -72,7 +123,7 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 func (c *Collector) Maps(k proc.FileKey) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.files[k] > 0
+	return c.files[k] != nil
 }
 
 // Processes returns how many process images are known.

@@ -168,3 +168,44 @@ func linkAddr(t *testing.T, exe string, fileOffset uint64) uint64 {
 	t.Fatalf("no PT_LOAD segment of %s holds offset %#x", exe, fileOffset)
 	return 0
 }
+
+// TestCollectorBoundedUnderChurn announces 20,000 new process images, as
+// a node starting hundreds of processes a second would: the collector
+// keeps at most maxProcs, counts the rest, and forgets them all once they
+// exit.
+func TestCollectorBoundedUnderChurn(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	pid := uint32(child.Process.Pid)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const announced = 20000
+	for gen := range uint32(announced) {
+		c.NewProc(pid, gen+1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := c.Stats()
+	if n := c.Processes(); n != maxProcs || st.ProcessesSkipped != announced-maxProcs {
+		t.Errorf("%d processes known, %d skipped; want %d and %d", n, st.ProcessesSkipped, maxProcs, announced-maxProcs)
+	}
+	// A snapshot of sleep is well under 2 KB: its paths are shared.
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > maxProcs*2048 {
+		t.Errorf("the heap grew %d KB for %d processes", grown>>10, maxProcs)
+	}
+	child.Process.Kill()
+	child.Wait()
+	for round := uint64(1); round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	if n, st := c.Processes(), c.Stats(); n != 0 || st.Files != 0 {
+		t.Errorf("after the process exited: %d processes, %d files known", n, st.Files)
+	}
+}

@@ -303,21 +303,3 @@ func ParseMaps(b []byte) []Mapping {
 	}
 	return out
 }
-
-// Open opens the file behind mapping m of process pid: through
-// /proc/PID/map_files, which works for deleted files and other mount
-// namespaces, else through /proc/PID/root.
-func Open(pid int, m *Mapping) (*os.File, error) {
-	f, err := os.Open(fmt.Sprintf("%s/%d/map_files/%x-%x", Root, pid, m.Start, m.End))
-	if err == nil {
-		return f, nil
-	}
-	if m.Path == "" || m.Path[0] != '/' {
-		return nil, err
-	}
-	f, err2 := os.Open(fmt.Sprintf("%s/%d/root%s", Root, pid, m.Path))
-	if err2 != nil {
-		return nil, fmt.Errorf("open %s of pid %d: %w", m.Path, pid, errors.Join(err, err2))
-	}
-	return f, nil
-}
