@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,7 +191,11 @@ func TestHelperMapper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE); err != nil {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
@@ -197,6 +203,120 @@ func TestHelperMapper(t *testing.T) {
 	fmt.Println("ready")
 	bufio.NewReader(os.Stdin).ReadString('\n')
 	os.Exit(0)
+}
+
+// startMapper starts TestHelperMapper on the files in dir and returns its
+// snapshot once they are mapped; it ends with the test.
+func startMapper(t *testing.T, dir string) *proc.Process {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMapper$")
+	cmd.Env = append(os.Environ(), mapperEnv+"="+dir)
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait(); cancel() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("mapper: %q, %v", line, err)
+	}
+	p, err := proc.Read(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestBinaryChangedWhileMapped names addresses in a binary a process maps
+// while the file is truncated, or rewritten with other bytes: flint does
+// not crash, names what it still can, and never names from the new bytes
+// as if they were the old binary's.
+func TestBinaryChangedWhileMapped(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := proc.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two of this binary's functions, as file offsets.
+	var text *proc.Mapping
+	for i := range self.Mappings {
+		if self.Mappings[i].Path == exe {
+			text = &self.Mappings[i]
+		}
+	}
+	if text == nil {
+		t.Fatalf("no executable mapping of %s", exe)
+	}
+	pc, want := ownPC()
+	first := pc - text.Start + text.Offset
+	second := uint64(reflect.ValueOf(TestLearnManyFiles).Pointer()) - text.Start + text.Offset
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(path string) error
+	}{
+		{"truncated", func(path string) error { return os.Truncate(path, 4096) }},
+		{"rewritten", func(path string) error {
+			junk := make([]byte, len(b))
+			for i := range junk {
+				junk[i] = byte(i * 7)
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt(junk, 0)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "copy")
+			if err := os.WriteFile(path, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p := startMapper(t, dir)
+			m := &p.Mappings[len(p.Mappings)-1]
+			for i := range p.Mappings {
+				if p.Mappings[i].Path == path {
+					m = &p.Mappings[i]
+				}
+			}
+			if m.Path != path {
+				t.Fatalf("the mapper does not map %s: %+v", path, p.Mappings)
+			}
+			s := New()
+			defer s.Close()
+			s.Learn(p)
+			frames, _ := s.User(p, m.Start+first-m.Offset, false)
+			if frames[len(frames)-1].Function != want {
+				t.Fatalf("before the change: named %+v, want %s", frames, want)
+			}
+			if err := tc.change(path); err != nil {
+				t.Fatal(err)
+			}
+			frames, _ = s.User(p, m.Start+second-m.Offset, false)
+			if len(frames) == 0 {
+				t.Error("no frames after the change")
+			}
+			// A fresh start parses the changed file.
+			fresh := New()
+			defer fresh.Close()
+			fresh.Learn(p)
+			frames, _ = fresh.User(p, m.Start+first-m.Offset, false)
+			if f := frames[0].Function; f != "copy+0x"+strconv.FormatUint(first, 16) {
+				t.Errorf("named %q in the changed file, want its offset", f)
+			}
+		})
+	}
 }
 
 // TestLearnManyFiles learns a process that maps 10,000 files: flint holds
@@ -211,23 +331,7 @@ func TestLearnManyFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMapper$")
-	cmd.Env = append(os.Environ(), mapperEnv+"="+dir)
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("mapper: %q, %v", line, err)
-	}
-	p, err := proc.Read(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startMapper(t, dir)
 	var last *proc.Mapping
 	for i := range p.Mappings {
 		if strings.HasPrefix(filepath.Base(p.Mappings[i].Path), "lib") {
