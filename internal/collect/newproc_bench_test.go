@@ -1,6 +1,9 @@
 package collect
 
 import (
+	"bufio"
+	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,8 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
@@ -95,4 +100,107 @@ func BenchmarkNewProc(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+}
+
+// BenchmarkNewProcStored measures what a new process costs the agent from
+// its announcement to its window in the store, per new process: NewProc,
+// naming its samples (Profile), writing the window to SQLite, and the
+// agent's end-of-window Forget and Trim. Each window holds batch new
+// python3 processes (started and stopped outside the measured CPU time),
+// each with three samples whose stacks run through the same code at its
+// own ASLR addresses, as a script started again and again does. The first
+// window is not measured: by then the agent knows python3's files.
+//
+//	go test -run '^$' -bench NewProcStored -benchtime 20x ./internal/collect/
+func BenchmarkNewProcStored(b *testing.B) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("needs python3")
+	}
+	if out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output(); err == nil {
+		py = strings.TrimSpace(string(out)) // past shims: the interpreter itself
+	}
+	st, err := store.Open(b.TempDir(), store.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "node")
+	const batch = 20
+	var (
+		gen, round uint32
+		cpu        time.Duration
+		windows    int
+		start      = time.Now()
+	)
+	window := func(measure bool) {
+		var cmds []*exec.Cmd
+		var outs []io.Reader
+		for range batch {
+			cmd := exec.Command(py, "-c", "import sys, json, decimal; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()")
+			stdin, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { stdin.Close(); cmd.Wait() }()
+			cmds, outs = append(cmds, cmd), append(outs, out)
+		}
+		for _, out := range outs {
+			if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+				b.Fatalf("python3: %q, %v", line, err)
+			}
+		}
+		cpu0 := cpuTime()
+		var samples []sampler.Sample
+		for _, cmd := range cmds {
+			gen++
+			pid := uint32(cmd.Process.Pid)
+			c.NewProc(pid, gen)
+			samples = append(samples, stacksIn(b, int(pid), gen)...)
+		}
+		round++
+		p := c.Profile(samples, Options{Start: start.Add(time.Duration(round) * 10 * time.Second), Duration: 10 * time.Second, Period: 10 * time.Millisecond, Round: uint64(round)})
+		if err := st.Write(context.Background(), p); err != nil {
+			b.Fatal(err)
+		}
+		c.Forget(uint64(round))
+		sym.Trim(c.Maps)
+		if measure {
+			cpu += cpuTime() - cpu0
+			windows++
+		}
+	}
+	window(false)
+	for b.Loop() {
+		window(true)
+	}
+	b.ReportMetric(float64(cpu)/float64(windows*batch), "cpu-ns/newproc")
+}
+
+// stacksIn returns three samples of process pid whose stacks are twenty
+// addresses at fixed offsets into its largest executable file mapping
+// (the interpreter's code), so every process runs "the same code".
+func stacksIn(b *testing.B, pid int, gen uint32) []sampler.Sample {
+	p, err := proc.Read(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var text *proc.Mapping
+	for i := range p.Mappings {
+		if m := &p.Mappings[i]; m.Inode != 0 && (text == nil || m.End-m.Start > text.End-text.Start) {
+			text = m
+		}
+	}
+	var out []sampler.Sample
+	for s := range uint64(3) {
+		var stack []uint64
+		for i := range uint64(20) {
+			stack = append(stack, text.Start+((s*20+i)*7919*16)%(text.End-text.Start))
+		}
+		out = append(out, sampler.Sample{PID: uint32(pid), TID: uint32(pid), Generation: gen, Comm: "python3", Thread: "python3", User: stack, Count: 1})
+	}
+	return out
 }
