@@ -153,13 +153,14 @@ func BenchmarkNewProcStored(b *testing.B) {
 				b.Fatalf("python3: %q, %v", line, err)
 			}
 		}
-		cpu0 := cpuTime()
 		var samples []sampler.Sample
+		for i, cmd := range cmds {
+			samples = append(samples, stacksIn(b, cmd.Process.Pid, gen+uint32(i)+1)...)
+		}
+		cpu0 := cpuTime()
 		for _, cmd := range cmds {
 			gen++
-			pid := uint32(cmd.Process.Pid)
-			c.NewProc(pid, gen)
-			samples = append(samples, stacksIn(b, int(pid), gen)...)
+			c.NewProc(uint32(cmd.Process.Pid), gen)
 		}
 		round++
 		p := c.Profile(samples, Options{Start: start.Add(time.Duration(round) * 10 * time.Second), Duration: 10 * time.Second, Period: 10 * time.Millisecond, Round: uint64(round)})
