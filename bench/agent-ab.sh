@@ -5,13 +5,16 @@
 #	sudo bench/agent-ab.sh "" "--doctor-every 0"     # the doctor's cost
 #	sudo SECONDS_EACH=120 ROUNDS=2 bench/agent-ab.sh A-FLAGS B-FLAGS
 #	sudo A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # another build as A
+#	sudo CHURN=10 A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # under churn
 #
 # A_BIN and B_BIN default to a build of this checkout. Each run: the agent
 # starts, warms up 25 s, then its CPU (the sum of its threads' run time in
 # /proc/PID/task/*/schedstat, in ns) and flint_bpf_run_seconds_total
-# (/metrics) are read over SECONDS_EACH.
+# (/metrics) are read over SECONDS_EACH; with CHURN=N, over PHASE seconds
+# without and PHASE seconds with N new processes a second (bench/churn.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/churn.sh
 [[ $(id -u) -eq 0 ]] || { echo "agent-ab: needs root" >&2; exit 1; }
 secs=${SECONDS_EACH:-120}; rounds=${ROUNDS:-2}
 tmp=$(mktemp -d); pids=()
@@ -33,6 +36,11 @@ run() { # binary flags
 	# shellcheck disable=SC2086 # the flags are words
 	"$1" agent --data-dir "$data" --listen "$addr" $2 2>"$data.log" & local a=$!
 	sleep 25
+	if ((CHURN > 0)); then
+		echo "$1 [$2]: $(churn_phases $a metric cpu)"
+		kill $a; wait $a || true
+		return
+	fi
 	local c0 b0 n0 c1 b1 n1
 	c0=$(cpu $a); b0=$(metric flint_bpf_run_seconds_total); n0=$(metric flint_samples_total)
 	sleep "$secs"

@@ -4,6 +4,8 @@
 #
 #	sudo bench/agent.sh                 # 5 minutes of steady state
 #	sudo STEADY=60 bench/agent.sh       # shorter
+#	sudo CHURN=1 bench/agent.sh         # then 60 s without, 60 s with one
+#	sudo CHURN=10 PHASE=120 bench/agent.sh  # new process a second (ten; 120 s)
 #
 # Measured from outside the agent: its CPU (its threads' run time),
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
@@ -11,7 +13,10 @@
 # per sample. Start-up: the agent's CPU from exec until /metrics first
 # reports a sample. Then the store benchmarks replay the agent's windows
 # into 24 hours (8640 windows) and time 1 h and 24 h flame graph queries
-# over them. Results go to bench/results/agent-<date>/.
+# over them. With CHURN=N, the agent then runs PHASE seconds without and
+# PHASE seconds with N short-lived processes a second (bench/churn.sh): its
+# CPU and its BPF programs' in both, and the CPU per new process. Results
+# go to bench/results/agent-<date>/.
 set -euo pipefail
 
 STEADY=${STEADY:-300}
@@ -25,6 +30,7 @@ command -v curl >/dev/null || die "needs curl (apt-get install curl)"
 for tool in bpftool jq; do command -v $tool >/dev/null || die "needs $tool (apt-get install $tool)"; done
 
 cd "$(dirname "$0")/.."
+source bench/churn.sh
 out=bench/results/agent-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 go build -o "$out/flint" ./cmd/flint
@@ -77,6 +83,11 @@ taken1=$(metric flint_samples_total); progs $agent >"$out/progs1.tsv"
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
 store=$(du -sb "$data" | cut -f1)
 written=$(metric flint_samples_written_total)
+churned=
+if ((CHURN > 0)); then
+	say "churn: ${PHASE} s without, ${PHASE} s with $CHURN new processes a second"
+	churned=$(churn_phases $agent metric cpu_s)
+fi
 kill -TERM $agent; wait $agent || true
 
 cores=$(nproc)
@@ -99,6 +110,7 @@ BEGIN {
 join -t "$(printf '\t')" "$out/progs0.tsv" "$out/progs1.tsv" | awk -F '\t' -v s="$STEADY" '
 $7 > $4 { printf "| BPF program %s | %.4f%% of one core: %d runs of %.0f ns |\n", $2, 100 * ($6 - $3) / 1e9 / s, $7 - $4, ($6 - $3) / ($7 - $4) }' |
 	tee -a "$out/summary.md"
+[[ -z $churned ]] || echo "$churned" | tee -a "$out/summary.md"
 
 say "store: the agent's windows repeated over 24 h, 1 h and 24 h queries"
 FLINT_BENCH_AGENT_STORE=$data go test -run '^$' -bench 'Profile1h|Profile24h' -benchtime 3x -v ./internal/store/ \

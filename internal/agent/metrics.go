@@ -82,6 +82,18 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_symbol_cache_misses_total", "Addresses named by a table lookup.", "counter", ns.CacheMisses)
 	gauge("flint_binaries_parsed_total", "Binaries whose symbol tables were parsed.", "counter", ns.BinariesParsed)
 	gauge("flint_processes", "Process images the agent knows.", "gauge", a.coll.Processes())
+	// What naming skipped: hostile or oversized inputs on the node.
+	cs := a.coll.Stats()
+	fmt.Fprintf(w, "# HELP flint_naming_skipped_total Inputs naming skipped, by reason.\n# TYPE flint_naming_skipped_total counter\n")
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{
+		{"perf_map_rejected", ns.PerfMapsRejected}, {"perf_map_truncated", ns.PerfMapsTruncated},
+		{"file_not_held", ns.FilesNotHeld}, {"process_not_learned", cs.ProcessesSkipped},
+	} {
+		fmt.Fprintf(w, "flint_naming_skipped_total{reason=%q} %d\n", r.reason, r.n)
+	}
 	if a.spool == nil {
 		gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
 	}

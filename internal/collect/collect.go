@@ -23,10 +23,24 @@ type Collector struct {
 	node  string
 	namer Namer
 
-	mu    sync.Mutex
-	procs map[procKey]*procEntry
-	files map[proc.FileKey]int // mappings of known processes per file
+	mu      sync.Mutex
+	procs   map[procKey]*procEntry
+	files   map[proc.FileKey]*fileUse // files mapped by known processes
+	skipped uint64                    // processes not learned: maxProcs known
 }
+
+// fileUse counts the mappings of a file by known processes, and keeps one
+// copy of its path for all of them.
+type fileUse struct {
+	mappings int
+	path     string
+}
+
+// maxProcs bounds the process images known at once. Exited processes are
+// kept until their samples are named (Forget), so a burst of short-lived
+// ones (thousands a second) would otherwise grow the agent without bound;
+// a snapshot costs about 1-2 KB.
+const maxProcs = 16384
 
 type procEntry struct {
 	p *proc.Process
@@ -39,7 +53,7 @@ type procKey struct{ pid, generation uint32 }
 
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
-	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]int{}}
+	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{}}
 }
 
 // Namer names the pod and container a process runs in (namespace, pod,
@@ -55,8 +69,19 @@ type Namer interface {
 func (c *Collector) SetNamer(n Namer) { c.namer = n }
 
 // NewProc snapshots a process the sampler just saw for the first time; it
-// is the sampler's OnNewProc callback.
+// is the sampler's OnNewProc callback. With maxProcs processes known it
+// learns none (Stats counts them): their samples keep the names the kernel
+// gave them, their frames are unknown.
 func (c *Collector) NewProc(pid, generation uint32) {
+	c.mu.Lock()
+	full := len(c.procs) >= maxProcs
+	if full {
+		c.skipped++
+	}
+	c.mu.Unlock()
+	if full {
+		return
+	}
 	p, err := proc.Read(int(pid))
 	if err != nil {
 		return // gone already: its samples keep their names from the kernel only
@@ -68,16 +93,42 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	c.mu.Unlock()
 }
 
-// countFiles adds delta to the mappings counted per file. Callers hold mu.
+// countFiles adds delta to the mappings counted per file; adding, it makes
+// mappings share their file's path. Callers hold mu.
 func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 	for i := range mappings {
-		if m := &mappings[i]; m.Inode != 0 {
-			k := m.Key()
-			if c.files[k] += delta; c.files[k] <= 0 {
-				delete(c.files, k)
-			}
+		m := &mappings[i]
+		if m.Inode == 0 {
+			continue
+		}
+		k := m.Key()
+		u := c.files[k]
+		if u == nil {
+			u = &fileUse{path: m.Path}
+			c.files[k] = u
+		} else if delta > 0 && m.Path == u.path {
+			m.Path = u.path
+		}
+		if u.mappings += delta; u.mappings <= 0 {
+			delete(c.files, k)
 		}
 	}
+}
+
+// Stats count what the Collector holds and skipped.
+type Stats struct {
+	// ProcessesSkipped counts new processes not learned because maxProcs
+	// were known.
+	ProcessesSkipped uint64
+	// Files is the files known processes map.
+	Files int
+}
+
+// Stats returns the Collector's counters.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{ProcessesSkipped: c.skipped, Files: len(c.files)}
 }
 
 // Maps reports whether a known process maps the file; it tells
@@ -85,7 +136,7 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 func (c *Collector) Maps(k proc.FileKey) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.files[k] > 0
+	return c.files[k] != nil
 }
 
 // Processes returns how many process images are known.
@@ -161,7 +212,8 @@ type Options struct {
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
 	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
 		locs:      map[locKey]*profile.Location{},
-		mappings:  map[*proc.Mapping]*profile.Mapping{},
+		mappings:  map[*proc.Mapping]*mappingBias{},
+		linked:    map[linkedKey]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
 		stacks:    map[stackKey]namedStack{},
 		stackIDs:  map[string]int{},
@@ -194,7 +246,8 @@ type builder struct {
 	round     uint64
 	threadIDs bool
 	locs      map[locKey]*profile.Location
-	mappings  map[*proc.Mapping]*profile.Mapping
+	mappings  map[*proc.Mapping]*mappingBias
+	linked    map[linkedKey]*profile.Mapping // shared by the processes of a binary
 	kernMaps  map[string]*profile.Mapping
 	stacks    map[stackKey]namedStack
 	stackIDs  map[string]int // a stack's location numbers -> its id
@@ -205,8 +258,12 @@ type builder struct {
 	key       strings.Builder
 }
 
+// locKey identifies a location by the process it was sampled in (nil for
+// kernel addresses) and its address there, or, for a binary's link-time
+// address, by its mapping.
 type locKey struct {
-	proc     *proc.Process // nil for kernel addresses
+	proc     *proc.Process
+	mapping  *profile.Mapping
 	addr     uint64
 	isReturn bool
 }
@@ -404,13 +461,59 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if m != nil {
 		pm := b.mappings[m]
 		if pm == nil {
-			pm = &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.Path, BuildID: b.c.sym.BuildID(m.Key())}
+			pm = b.mapping(m)
 			b.mappings[m] = pm
 		}
-		l.Mapping = pm
+		l.Mapping = pm.Mapping
+		if pm.linked {
+			// Processes of one binary share its locations.
+			l.Address = addr - pm.bias
+			sk := locKey{mapping: pm.Mapping, addr: l.Address, isReturn: isReturn}
+			if shared := b.locs[sk]; shared != nil {
+				l = shared
+			} else {
+				b.locs[sk] = l
+			}
+		}
 	}
 	b.locs[lk] = l
 	return l
+}
+
+// mapping describes a mapping for profiles, at the addresses its binary
+// was linked at when it can be read: every process running the binary
+// then gets the same mapping and locations, wherever ASLR put it, so a
+// new process of a known binary adds no mappings, locations or stacks to
+// the store, only its labels. Tools that name addresses (pprof, addr2line)
+// take link-time addresses as they are.
+func (b *builder) mapping(m *proc.Mapping) *mappingBias {
+	bias, linked := b.c.sym.Bias(m) // else runtime addresses, per process
+	pm := profile.Mapping{Start: m.Start - bias, Limit: m.End - bias, Offset: m.Offset, File: m.Path, BuildID: b.c.sym.BuildID(m.Key())}
+	if !linked {
+		return &mappingBias{Mapping: &pm}
+	}
+	// The file's identity too: a binary rebuilt in place under one path,
+	// with no build ID, is another binary.
+	k := linkedKey{m.Key(), pm}
+	shared := b.linked[k]
+	if shared == nil {
+		shared = &pm
+		b.linked[k] = shared
+	}
+	return &mappingBias{Mapping: shared, bias: bias, linked: true}
+}
+
+type linkedKey struct {
+	file proc.FileKey
+	profile.Mapping
+}
+
+// mappingBias is a profile mapping and, when linked is set, how far the
+// process loaded it from where its binary was linked.
+type mappingBias struct {
+	*profile.Mapping
+	bias   uint64
+	linked bool
 }
 
 // id numbers locations so a stack has a compact merge key.

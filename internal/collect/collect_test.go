@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"runtime"
@@ -124,5 +125,120 @@ func TestNamer(t *testing.T) {
 	l := p.Samples[0].Labels
 	if l[profile.LabelPod] != "web" || l[profile.LabelNode] != "n1" || l[profile.LabelPodUID] != self.Pod || l[profile.LabelContainerID] != self.Container {
 		t.Errorf("labels %v", l)
+	}
+}
+
+// TestProfileLinkTimeAddresses checks that two processes of one PIE binary,
+// loaded at different addresses, get the same mapping and location for the
+// same instruction, at the address the binary's program headers give it,
+// with mapping fields that still turn the address into the file offset.
+func TestProfileLinkTimeAddresses(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	var samples []sampler.Sample
+	var fileOffset uint64
+	var exe string
+	for i := range 2 {
+		child := exec.Command("sleep", "60")
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer child.Process.Kill()
+		pid := child.Process.Pid
+		p, err := proc.Read(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe = p.Exe
+		var text *proc.Mapping
+		for j := range p.Mappings {
+			if p.Mappings[j].Path == p.Exe {
+				text = &p.Mappings[j]
+			}
+		}
+		if text == nil {
+			t.Fatalf("no executable mapping of %s", p.Exe)
+		}
+		const into = 0x40
+		fileOffset = text.Offset + into
+		c.NewProc(uint32(pid), uint32(i+1))
+		samples = append(samples, sampler.Sample{PID: uint32(pid), Generation: uint32(i + 1), User: []uint64{text.Start + into}, Count: 1})
+	}
+	if samples[0].User[0] == samples[1].User[0] {
+		t.Skip("both processes loaded sleep at one address: no ASLR here")
+	}
+	want := linkAddr(t, exe, fileOffset)
+	p := c.Profile(samples, Options{})
+	if len(p.Samples) != 2 {
+		t.Fatalf("%d samples, want 2", len(p.Samples))
+	}
+	a, b := p.Samples[0].Stack[0], p.Samples[1].Stack[0]
+	if a != b {
+		t.Errorf("one instruction of one binary has two locations: %+v, %+v", a, b)
+	}
+	if a.Address != want || a.Mapping == nil {
+		t.Fatalf("location %#x (mapping %+v), want the link-time address %#x", a.Address, a.Mapping, want)
+	}
+	if m := a.Mapping; a.Address-m.Start+m.Offset != fileOffset {
+		t.Errorf("address %#x in mapping %+v is file offset %#x, want %#x", a.Address, m, a.Address-m.Start+m.Offset, fileOffset)
+	}
+}
+
+// linkAddr is the virtual address exe's program headers give fileOffset.
+func linkAddr(t *testing.T, exe string, fileOffset uint64) uint64 {
+	t.Helper()
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && fileOffset >= p.Off && fileOffset < p.Off+p.Filesz {
+			return p.Vaddr + fileOffset - p.Off
+		}
+	}
+	t.Fatalf("no PT_LOAD segment of %s holds offset %#x", exe, fileOffset)
+	return 0
+}
+
+// TestCollectorBoundedUnderChurn announces 20,000 new process images, as
+// a node starting hundreds of processes a second would: the collector
+// keeps at most maxProcs, counts the rest, and forgets them all once they
+// exit.
+func TestCollectorBoundedUnderChurn(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	pid := uint32(child.Process.Pid)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const announced = 20000
+	for gen := range uint32(announced) {
+		c.NewProc(pid, gen+1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := c.Stats()
+	if n := c.Processes(); n != maxProcs || st.ProcessesSkipped != announced-maxProcs {
+		t.Errorf("%d processes known, %d skipped; want %d and %d", n, st.ProcessesSkipped, maxProcs, announced-maxProcs)
+	}
+	// A snapshot of sleep is well under 2 KB: its paths are shared.
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > maxProcs*2048 {
+		t.Errorf("the heap grew %d KB for %d processes", grown>>10, maxProcs)
+	}
+	child.Process.Kill()
+	child.Wait()
+	for round := uint64(1); round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	if n, st := c.Processes(), c.Stats(); n != 0 || st.Files != 0 {
+		t.Errorf("after the process exited: %d processes, %d files known", n, st.Files)
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoProcess reports a PID with no living process.
@@ -74,42 +77,127 @@ func (p *Process) Find(addr uint64) *Mapping {
 // Root is the /proc directory flint reads; tests point it elsewhere.
 var Root = "/proc"
 
-// Read snapshots the process pid.
+// Read snapshots the process pid. It reads what must be captured before a
+// short-lived process exits, and no more: the sampler calls it for every
+// new process on the node.
 func Read(pid int) (*Process, error) {
-	dir := fmt.Sprintf("%s/%d", Root, pid)
+	dir := Root + "/" + strconv.Itoa(pid)
 	p := &Process{PID: pid, NSPID: pid}
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
 	var err error
-	if p.Comm, p.StartTime, err = readStat(pid); err != nil {
+	if p.Comm, p.StartTime, err = readStat(pid, *bp); err != nil {
 		return nil, err
 	}
-	maps, err := os.ReadFile(dir + "/maps")
-	if err != nil {
+	if p.Mappings, err = readMappings(dir, bp); err != nil {
 		return nil, fmt.Errorf("read pid %d mappings: %w", pid, err)
 	}
-	p.Mappings = ParseMaps(maps)
 	// The rest is best effort: a kernel thread has no exe, a process may
 	// be gone by now.
 	p.Exe, _ = os.Readlink(dir + "/exe")
 	p.Exe = strings.TrimSuffix(p.Exe, " (deleted)")
-	if status, err := os.ReadFile(dir + "/status"); err == nil {
-		p.NSPID = parseNSPID(status, pid)
+	// The namespace PID names the JIT map /tmp/perf-NSPID.map, read only
+	// for anonymous executable memory.
+	if hasAnonymousCode(p.Mappings) {
+		if status, err := readFile(dir+"/status", *bp); err == nil {
+			p.NSPID = parseNSPID(status, pid)
+		}
 	}
-	if cg, err := os.ReadFile(dir + "/cgroup"); err == nil {
+	if cg, err := readFile(dir+"/cgroup", *bp); err == nil {
 		p.Cgroup = parseCgroup(cg)
 		p.Container, p.Pod = ParseContainer(string(cg))
 	}
 	return p, nil
 }
 
+// buffers hold what Read reads from /proc: one per concurrent Read, large
+// enough that most files take one read system call.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// readFile reads a /proc file into buf (its contents are valid until buf
+// is reused) with no more system calls than it takes: os.ReadFile adds
+// two fstat calls to each file.
+func readFile(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	return readAll(fd, path, buf)
+}
+
+// readAll reads fd to its end into buf, or as much as fits.
+func readAll(fd int, path string, buf []byte) ([]byte, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if k == 0 {
+			break
+		}
+		n += k
+	}
+	return buf[:n], nil
+}
+
+// readMappings lists the executable mappings in /proc/PID (dir), with
+// PROCMAP_QUERY when the kernel has it. *bp may be replaced by a larger
+// buffer for a process with very many mappings.
+func readMappings(dir string, bp *[]byte) ([]Mapping, error) {
+	path := dir + "/maps"
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	ms, err := queryMaps(fd, (*bp)[:unix.PathMax])
+	if !errors.Is(err, errNoQuery) {
+		return ms, err
+	}
+	for {
+		b, err := readAll(fd, path, *bp)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) < len(*bp) {
+			return ParseMaps(b), nil
+		}
+		// Larger than the buffer: read again from the start with twice
+		// the room, so the maps are one consistent read.
+		grown := make([]byte, 2*len(*bp))
+		*bp = grown
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return nil, &fs.PathError{Op: "seek", Path: path, Err: err}
+		}
+	}
+}
+
+// hasAnonymousCode reports whether a mapping is executable memory backed
+// by no file, other than the kernel's (vdso, vsyscall): code a JIT wrote.
+func hasAnonymousCode(ms []Mapping) bool {
+	for i := range ms {
+		if ms[i].Inode == 0 && (ms[i].Path == "" || !strings.HasPrefix(ms[i].Path, "[v")) {
+			return true
+		}
+	}
+	return false
+}
+
 // StartTime returns the start time of pid (clock ticks after boot): with
 // the PID it names one process, whatever reuses the PID later.
 func StartTime(pid int) (uint64, error) {
-	_, start, err := readStat(pid)
+	var buf [1024]byte // stat is under 1 KiB: 52 numbers and a 16-byte name
+	_, start, err := readStat(pid, buf[:])
 	return start, err
 }
 
-func readStat(pid int) (comm string, start uint64, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", Root, pid))
+func readStat(pid int, buf []byte) (comm string, start uint64, err error) {
+	stat, err := readFile(Root+"/"+strconv.Itoa(pid)+"/stat", buf)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscallESRCH) {
 			return "", 0, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
@@ -214,22 +302,4 @@ func ParseMaps(b []byte) []Mapping {
 		out = append(out, m)
 	}
 	return out
-}
-
-// Open opens the file behind mapping m of process pid: through
-// /proc/PID/map_files, which works for deleted files and other mount
-// namespaces, else through /proc/PID/root.
-func Open(pid int, m *Mapping) (*os.File, error) {
-	f, err := os.Open(fmt.Sprintf("%s/%d/map_files/%x-%x", Root, pid, m.Start, m.End))
-	if err == nil {
-		return f, nil
-	}
-	if m.Path == "" || m.Path[0] != '/' {
-		return nil, err
-	}
-	f, err2 := os.Open(fmt.Sprintf("%s/%d/root%s", Root, pid, m.Path))
-	if err2 != nil {
-		return nil, fmt.Errorf("open %s of pid %d: %w", m.Path, pid, errors.Join(err, err2))
-	}
-	return f, nil
 }

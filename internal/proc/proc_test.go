@@ -4,8 +4,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStat(t *testing.T) {
@@ -121,4 +125,114 @@ func FuzzParseMaps(f *testing.F) {
 		parseStat(b)
 		ParseContainer(string(b))
 	})
+}
+
+// TestQueryMapsMatchesText checks that PROCMAP_QUERY and /proc/PID/maps
+// give the same executable mappings, a deleted file's included.
+func TestQueryMapsMatchesText(t *testing.T) {
+	// A deleted executable mapping: a copy of this test binary, mapped
+	// executable, then removed.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mapped")
+	if err := os.WriteFile(path, b[:4096], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	os.Remove(path)
+
+	fd, err := unix.Open("/proc/self/maps", unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	queried, err := queryMaps(fd, make([]byte, unix.PathMax))
+	if errors.Is(err, errNoQuery) {
+		t.Skip("kernel lacks PROCMAP_QUERY (Linux 6.11)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed []Mapping
+	for _, m := range ParseMaps(text) {
+		if m.Path != "[vsyscall]" { // not a VMA: PROCMAP_QUERY does not list it
+			parsed = append(parsed, m)
+		}
+	}
+	if !slices.Equal(queried, parsed) {
+		t.Errorf("PROCMAP_QUERY gave\n%+v\n/proc/self/maps gave\n%+v", queried, parsed)
+	}
+	deleted := false
+	for _, m := range queried {
+		deleted = deleted || m.Deleted && m.Path == path
+	}
+	if !deleted {
+		t.Errorf("no deleted mapping of %s in %+v", path, queried)
+	}
+}
+
+// TestReadText reads a process from files that answer no ioctl, as
+// /proc/PID/maps does before Linux 6.11: the maps are parsed as text, in
+// one read however long, and the namespace PID is read only for a process
+// with anonymous executable memory.
+func TestReadText(t *testing.T) {
+	root := t.TempDir()
+	defer func(r string) { Root = r }(Root)
+	Root = root
+	lib := "7f0000000000-7f0000001000 r-xp 00001000 fe:00 42 /usr/lib/libfoo.so\n"
+	filler := "7e0000000000-7e0000001000 rw-p 00000000 00:00 0 \n"
+	for _, tc := range []struct {
+		name, maps string
+		wantMaps   int
+		wantNSPID  int
+	}{
+		{"file-backed", lib, 1, 7},
+		{"longer than the buffer", strings.Repeat(filler, 2000) + lib, 1, 7},
+		{"JIT code", lib + "7f0000002000-7f0000003000 r-xp 00000000 00:00 0 \n", 2, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(root, "7")
+			os.MkdirAll(dir, 0o755)
+			files := map[string]string{
+				"stat":   "7 (app) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20\n",
+				"maps":   tc.maps,
+				"status": "Name:\tapp\nNSpid:\t7\t3\n",
+				"cgroup": "0::/system.slice/app.service\n",
+			}
+			for name, body := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := Read(7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Mappings) != tc.wantMaps || p.Mappings[0].Path != "/usr/lib/libfoo.so" || p.Mappings[0].Offset != 0x1000 {
+				t.Errorf("mappings %+v, want %d starting with libfoo.so at offset 0x1000", p.Mappings, tc.wantMaps)
+			}
+			if p.NSPID != tc.wantNSPID || p.StartTime != 4242 || p.Comm != "app" || p.Cgroup != "/system.slice/app.service" {
+				t.Errorf("Read = %+v", p)
+			}
+		})
+	}
 }

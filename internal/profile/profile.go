@@ -51,7 +51,11 @@ type Sample struct {
 
 // Location is one address on a stack.
 type Location struct {
-	Address uint64   // absolute address in the sampled address space
+	// Address is where the binary was linked to run the instruction
+	// (the same in every process, whatever ASLR did) for user code in a
+	// binary flint could read, else the address in the sampled address
+	// space; Address-Mapping.Start+Mapping.Offset is the file offset.
+	Address uint64
 	Mapping *Mapping // nil when no module covers Address
 	// Frames name the address, inlined callee first; never empty: an
 	// address that cannot be named gets "module+0xoffset" or "[unknown]".

@@ -61,6 +61,18 @@ func (b *Binary) Addr(fileOffset uint64) (uint64, bool) {
 	return 0, false
 }
 
+// bias returns how far a mapping of file bytes [off, off+size) was loaded
+// from where the binary was linked: the mapping's start minus the virtual
+// address of its first byte.
+func (b *Binary) bias(start, off, size uint64) (uint64, bool) {
+	for _, s := range b.segments {
+		if off < s.off+s.size && s.off < off+size {
+			return start - (s.vaddr + off - s.off), true
+		}
+	}
+	return 0, false
+}
+
 // Lookup names the virtual address addr; nil when no table covers it.
 func (b *Binary) Lookup(addr uint64) []Frame {
 	if b.goTable != nil {

@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/flint-dev/flint/internal/proc"
 )
@@ -26,14 +30,26 @@ type Symbolizer struct {
 	vdso     *Binary
 	vdsoDone bool
 	perfMaps map[*proc.Process]*PerfMap
+	held     int // files with an open handle
 	stats    Stats
 }
 
-// Stats count naming work, for overhead reports.
+// Stats count naming work, for overhead reports, and the inputs naming
+// skipped.
 type Stats struct {
 	CacheHits, CacheMisses uint64
 	BinariesParsed         int
 	BinaryErrors           int
+	// PerfMapsRejected counts JIT maps not read: not a regular file inside
+	// the process's root (a symbolic link, a FIFO, a device), or unreadable.
+	PerfMapsRejected uint64
+	// PerfMapsTruncated counts JIT maps longer than 64 MiB, of which only
+	// the end was read.
+	PerfMapsTruncated uint64
+	// FilesNotHeld counts mapped files Learn did not open because a process
+	// maps more than maxLearn new files, or flint holds maxHeld already; a
+	// sample in one opens it then, if its process still runs.
+	FilesNotHeld uint64
 }
 
 // file is a mapped file: a handle taken while a process mapped it, parsed
@@ -64,8 +80,11 @@ func New() *Symbolizer {
 
 // Learn takes a handle on each file p maps that is not known yet, so it can
 // be named after p exits or the file is deleted. Call it when p is first
-// seen.
+// seen. It opens at most maxLearn files for one process and holds at most
+// maxHeld in all (Stats.FilesNotHeld counts the others): a process mapping
+// ten thousand files costs ten thousand descriptors otherwise.
 func (s *Symbolizer) Learn(p *proc.Process) {
+	opened := 0
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
 		if m.Inode == 0 || m.Path == "" || m.Path[0] != '/' {
@@ -73,21 +92,46 @@ func (s *Symbolizer) Learn(p *proc.Process) {
 		}
 		s.mu.Lock()
 		_, known := s.files[m.Key()]
+		skip := !known && (opened >= maxLearn || s.held >= maxHeld)
+		if skip {
+			s.stats.FilesNotHeld++
+		}
 		s.mu.Unlock()
-		if known {
+		if known || skip {
 			continue
 		}
+		opened++
 		f := &file{path: m.Path}
 		f.handle, f.err = proc.Open(p.PID, m)
 		s.mu.Lock()
 		if _, known := s.files[m.Key()]; !known {
 			f.used = s.round
-			s.files[m.Key()] = f
+			s.add(m.Key(), f)
 		} else if f.handle != nil {
 			f.handle.Close()
 		}
 		s.mu.Unlock()
 	}
+}
+
+// Bounds on the files Learn holds open: per process, and in all.
+const maxLearn, maxHeld = 1024, 8192
+
+// add records a file. Callers hold s.mu.
+func (s *Symbolizer) add(k proc.FileKey, f *file) {
+	s.files[k] = f
+	if f.handle != nil {
+		s.held++
+	}
+}
+
+// drop forgets a file and closes its handle. Callers hold s.mu.
+func (s *Symbolizer) drop(k proc.FileKey) {
+	if f := s.files[k]; f != nil && f.handle != nil {
+		f.handle.Close()
+		s.held--
+	}
+	delete(s.files, k)
 }
 
 // Stats returns the naming counters.
@@ -152,7 +196,7 @@ func (s *Symbolizer) lookupFile(p *proc.Process, m *proc.Mapping, fileOffset uin
 		// Mapped after the process was first seen (dlopen): open it now.
 		f := &file{path: m.Path}
 		f.handle, f.err = proc.Open(p.PID, m)
-		s.files[m.Key()] = f
+		s.add(m.Key(), f)
 	}
 	addr := fileOffset
 	if bin := s.binary(m.Key()); bin != nil {
@@ -185,6 +229,27 @@ func (s *Symbolizer) binary(k proc.FileKey) *Binary {
 		}
 	}
 	return f.bin
+}
+
+// Bias returns how far a process loaded mapping m from the addresses its
+// binary was linked at: the runtime address minus the link-time address,
+// the same for every address in m. A process-independent address is the
+// runtime address minus it. ok is false when m's binary cannot be read, or
+// for memory no file backs other than the vDSO.
+func (s *Symbolizer) Bias(m *proc.Mapping) (bias uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var bin *Binary
+	switch {
+	case m.Path == "[vdso]":
+		bin = s.vdsoBinary()
+	case m.Inode != 0:
+		bin = s.binary(m.Key())
+	}
+	if bin == nil {
+		return 0, false
+	}
+	return bin.bias(m.Start, m.Offset, m.End-m.Start)
 }
 
 // BuildID returns the build ID of a learned file, "" if unknown. It reads
@@ -231,10 +296,7 @@ func (s *Symbolizer) Trim(mapped func(proc.FileKey) bool) {
 			f.used+keepMappedRounds > s.round && mapped != nil && mapped(k) {
 			continue
 		}
-		if f.handle != nil {
-			f.handle.Close()
-		}
-		delete(s.files, k)
+		s.drop(k)
 		dropped[k] = true
 	}
 	if len(dropped) > 0 {
@@ -259,18 +321,24 @@ func moduleName(m *proc.Mapping) string {
 }
 
 func (s *Symbolizer) lookupVDSO(offset uint64) []Frame {
-	if !s.vdsoDone {
-		s.vdsoDone = true
-		s.vdso, _ = readOwnVDSO()
-	}
-	if s.vdso != nil {
-		if a, ok := s.vdso.Addr(offset); ok {
-			if frames := s.vdso.Lookup(a); frames != nil {
+	if vdso := s.vdsoBinary(); vdso != nil {
+		if a, ok := vdso.Addr(offset); ok {
+			if frames := vdso.Lookup(a); frames != nil {
 				return frames
 			}
 		}
 	}
 	return []Frame{{Function: fmt.Sprintf("[vdso]+0x%x", offset)}}
+}
+
+// vdsoBinary returns flint's own vDSO image, read once; nil if unreadable.
+// Callers hold s.mu.
+func (s *Symbolizer) vdsoBinary() *Binary {
+	if !s.vdsoDone {
+		s.vdsoDone = true
+		s.vdso, _ = readOwnVDSO()
+	}
+	return s.vdso
 }
 
 // readOwnVDSO parses flint's own vDSO: the kernel maps the same image into
@@ -298,27 +366,64 @@ func readOwnVDSO() (*Binary, error) {
 	return nil, fmt.Errorf("no vdso mapped")
 }
 
+// maxPerfMap is the most of a JIT map read, from its end: a JIT appends
+// its newest code there, and a map of a long-lived JIT grows without end.
+const maxPerfMap = 64 << 20
+
 // perfMap reads the JIT symbol map of p once; an empty map if it has none.
+// The map is /tmp/perf-NSPID.map as p sees it (proc.OpenInRoot): flint
+// never reads the host's /tmp for it, nor follows a link out of it.
 func (s *Symbolizer) perfMap(p *proc.Process) *PerfMap {
 	if pm, ok := s.perfMaps[p]; ok {
 		return pm
 	}
 	pm := &PerfMap{}
-	for _, path := range []string{
-		fmt.Sprintf("%s/%d/root/tmp/perf-%d.map", proc.Root, p.PID, p.NSPID),
-		fmt.Sprintf("/tmp/perf-%d.map", p.PID),
-	} {
-		if f, err := os.Open(path); err == nil {
-			read, err := ReadPerfMap(bufio.NewReader(f))
-			f.Close()
-			if err == nil {
-				pm = read
-				break
-			}
+	s.perfMaps[p] = pm
+	f, err := proc.OpenInRoot(p.PID, fmt.Sprintf("/tmp/perf-%d.map", p.NSPID))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
+			s.stats.PerfMapsRejected++ // a link, a FIFO, a device
+		}
+		return pm
+	}
+	defer f.Close()
+	r, truncated, err := tail(f, maxPerfMap)
+	if err != nil {
+		s.stats.PerfMapsRejected++
+		return pm
+	}
+	if truncated {
+		s.stats.PerfMapsTruncated++
+	}
+	if read, err := ReadPerfMap(r); err == nil {
+		s.perfMaps[p] = read
+		return read
+	}
+	s.stats.PerfMapsRejected++
+	return pm
+}
+
+// tail returns a reader of the last max bytes of f, from the first whole
+// line in them; truncated reports that f was longer.
+func tail(f *os.File, max int64) (r io.Reader, truncated bool, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	if fi.Size() <= max {
+		return io.LimitReader(f, max), false, nil // it may grow meanwhile
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(f, fi.Size()-max, max), 64<<10)
+	for {
+		_, err := br.ReadSlice('\n')
+		if err == nil || err == io.EOF {
+			break
+		}
+		if err != bufio.ErrBufferFull {
+			return nil, true, err
 		}
 	}
-	s.perfMaps[p] = pm
-	return pm
+	return br, true, nil
 }
 
 // Kernel names a kernel address from /proc/kallsyms; module is "" for the
@@ -369,11 +474,8 @@ func loadKallsyms() (*KernelTable, error) {
 func (s *Symbolizer) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, f := range s.files {
-		if f.handle != nil {
-			f.handle.Close()
-		}
+	for k := range s.files {
+		s.drop(k)
 	}
-	s.files = map[proc.FileKey]*file{}
 	return nil
 }

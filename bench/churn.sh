@@ -1,0 +1,56 @@
+# churn.sh: short-lived processes at a fixed rate, and what the agent
+# spends on them; sourced by agent.sh and agent-ab.sh when CHURN is set.
+#
+# Each new process is a real python3 run (a few imports, ~15 ms of CPU:
+# sampled about once at 99 Hz, so the agent learns it) started CHURN times a
+# second whether the previous ones have finished or not. churn_phases runs
+# the agent with churn off then on, PHASE seconds each, and reports the
+# agent's and its BPF programs' CPU in both and the CPU per new process
+# (the difference over the processes started).
+
+CHURN=${CHURN:-0}
+PHASE=${PHASE:-60}
+[[ $CHURN =~ ^[0-9]+$ ]] || { echo "bench: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
+[[ $PHASE =~ ^[0-9]+$ && $PHASE -ge 10 ]] || { echo "bench: PHASE=$PHASE: want whole seconds, at least 10" >&2; exit 1; }
+# python3 may be a shim script (pyenv) that forks several processes before
+# it runs python: start the interpreter itself.
+churn_py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) ||
+	{ echo "bench: CHURN needs python3" >&2; exit 1; }
+
+# churn_start FILE: start CHURN processes a second in the background,
+# appending a byte to FILE for each; churn_pid is the loop.
+churn_start() {
+	local count=$1
+	(
+		exec {never}<> <(:) # read -t on it sleeps without forking sleep
+		interval=$(awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }')
+		while :; do
+			"$churn_py" -c 'import json, decimal, random; sum(range(100000))' >/dev/null 2>&1 &
+			printf . >>"$count"
+			read -rt "$interval" -u "$never" || true
+		done
+	) >/dev/null &
+	churn_pid=$!
+}
+
+churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; }
+
+# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints one line:
+# agent and BPF CPU (% of one core) with churn off and on, the processes
+# started, and the agent+BPF CPU per new process in ms.
+churn_phases() {
+	local agent=$1 metric=$2 cpu=$3 count c0 b0 c1 b1 c2 b2 n
+	count=$(mktemp)
+	c0=$($cpu "$agent"); b0=$($metric flint_bpf_run_seconds_total)
+	sleep "$PHASE"
+	c1=$($cpu "$agent"); b1=$($metric flint_bpf_run_seconds_total)
+	churn_start "$count"
+	sleep "$PHASE"
+	churn_stop
+	c2=$($cpu "$agent"); b2=$($metric flint_bpf_run_seconds_total)
+	n=$(stat -c %s "$count"); rm -f "$count"
+	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v s="$PHASE" -v n="$n" -v cores="$(nproc)" 'BEGIN {
+		off = (c1 - c0 + b1 - b0); on = (c2 - c1 + b2 - b1)
+		printf "no churn: agent %.3f%% + BPF %.3f%% of a core; %.1f new processes/s: agent %.3f%% + BPF %.3f%% of a core = %.3f%% of the machine; %.3f ms CPU a new process (%d started)\n",
+			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1) / s, 100 * (b2 - b1) / s, 100 * on / s / cores, 1000 * (on - off) / n, n }'
+}

@@ -1,0 +1,207 @@
+package collect
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/store"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// startMapper starts a long-lived process that maps many shared libraries,
+// as a new process on a busy node does: python3 when installed (through
+// whatever shims lead to it), else sleep. It returns once the process runs
+// its final executable.
+func startMapper(b *testing.B) int {
+	b.Helper()
+	argv := []string{"sleep", "600"}
+	if _, err := exec.LookPath("python3"); err == nil {
+		argv = []string{"python3", "-c", "import time, math, zlib, bz2, lzma, random; time.sleep(600)"}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	// A shim execs the real binary under the same PID: wait for its
+	// mappings to settle (the last library it loads).
+	for range 200 {
+		exe, _ := os.Readlink("/proc/" + itoa(pid) + "/exe")
+		maps, _ := os.ReadFile("/proc/" + itoa(pid) + "/maps")
+		base := filepath.Base(exe)
+		if strings.HasPrefix(base, strings.TrimSuffix(argv[0], "3")) &&
+			(argv[0] == "sleep" || strings.Contains(string(maps), "lzma")) {
+			return pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("%s did not start", argv[0])
+	return 0
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// cpuTime is the CPU time this process has used. On a shared machine the
+// wall time per operation counts the time other work held the CPU; the
+// CPU time per operation is what the agent would spend.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per operation since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkNewProc measures what the agent spends when the sampler
+// announces a new process: warm is the common case on a node, a new
+// process of a binary whose files the agent already knows (a script run
+// again, a worker forked); cold is the first process of its binaries.
+func BenchmarkNewProc(b *testing.B) {
+	pid := startMapper(b)
+	p, err := proc.Read(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("pid %d: %s, %d executable mappings", pid, p.Exe, len(p.Mappings))
+	b.Run("warm", func(b *testing.B) {
+		sym := symbol.New()
+		defer sym.Close()
+		c := New(sym, "")
+		c.NewProc(uint32(pid), 0)
+		gen := uint32(1)
+		cpu := cpuTime()
+		for b.Loop() {
+			c.NewProc(uint32(pid), gen)
+			gen++
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("cold", func(b *testing.B) {
+		cpu := cpuTime()
+		for b.Loop() {
+			sym := symbol.New()
+			New(sym, "").NewProc(uint32(pid), 1)
+			sym.Close()
+		}
+		reportCPU(b, cpu)
+	})
+}
+
+// BenchmarkNewProcStored measures what a new process costs the agent from
+// its announcement to its window in the store, per new process: NewProc,
+// naming its samples (Profile), writing the window to SQLite, and the
+// agent's end-of-window Forget and Trim. Each window holds batch new
+// python3 processes (started and stopped outside the measured CPU time),
+// each with three samples whose stacks run through the same code at its
+// own ASLR addresses, as a script started again and again does. The first
+// window is not measured: by then the agent knows python3's files.
+//
+//	go test -run '^$' -bench NewProcStored -benchtime 20x ./internal/collect/
+func BenchmarkNewProcStored(b *testing.B) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("needs python3")
+	}
+	if out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output(); err == nil {
+		py = strings.TrimSpace(string(out)) // past shims: the interpreter itself
+	}
+	st, err := store.Open(b.TempDir(), store.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "node")
+	const batch = 20
+	var (
+		gen, round uint32
+		cpu        time.Duration
+		windows    int
+		start      = time.Now()
+	)
+	window := func(measure bool) {
+		var cmds []*exec.Cmd
+		var outs []io.Reader
+		for range batch {
+			cmd := exec.Command(py, "-c", "import sys, json, decimal; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()")
+			stdin, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { stdin.Close(); cmd.Wait() }()
+			cmds, outs = append(cmds, cmd), append(outs, out)
+		}
+		for _, out := range outs {
+			if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+				b.Fatalf("python3: %q, %v", line, err)
+			}
+		}
+		var samples []sampler.Sample
+		for i, cmd := range cmds {
+			samples = append(samples, stacksIn(b, cmd.Process.Pid, gen+uint32(i)+1)...)
+		}
+		cpu0 := cpuTime()
+		for _, cmd := range cmds {
+			gen++
+			c.NewProc(uint32(cmd.Process.Pid), gen)
+		}
+		round++
+		p := c.Profile(samples, Options{Start: start.Add(time.Duration(round) * 10 * time.Second), Duration: 10 * time.Second, Period: 10 * time.Millisecond, Round: uint64(round)})
+		if err := st.Write(context.Background(), p); err != nil {
+			b.Fatal(err)
+		}
+		c.Forget(uint64(round))
+		sym.Trim(c.Maps)
+		if measure {
+			cpu += cpuTime() - cpu0
+			windows++
+		}
+	}
+	window(false)
+	for b.Loop() {
+		window(true)
+	}
+	b.ReportMetric(float64(cpu)/float64(windows*batch), "cpu-ns/newproc")
+}
+
+// stacksIn returns three samples of process pid whose stacks are twenty
+// addresses at fixed offsets into its largest executable file mapping
+// (the interpreter's code), so every process runs "the same code".
+func stacksIn(b *testing.B, pid int, gen uint32) []sampler.Sample {
+	p, err := proc.Read(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var text *proc.Mapping
+	for i := range p.Mappings {
+		if m := &p.Mappings[i]; m.Inode != 0 && (text == nil || m.End-m.Start > text.End-text.Start) {
+			text = m
+		}
+	}
+	var out []sampler.Sample
+	for s := range uint64(3) {
+		var stack []uint64
+		for i := range uint64(20) {
+			stack = append(stack, text.Start+((s*20+i)*7919*16)%(text.End-text.Start))
+		}
+		out = append(out, sampler.Sample{PID: uint32(pid), TID: uint32(pid), Generation: gen, Comm: "python3", Thread: "python3", User: stack, Count: 1})
+	}
+	return out
+}
