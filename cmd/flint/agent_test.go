@@ -24,6 +24,8 @@ import (
 
 	pprofile "github.com/google/pprof/profile"
 
+	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/selector"
 	"github.com/flint-dev/flint/internal/store"
 )
 
@@ -141,36 +143,60 @@ func (a *agentProc) metric(t *testing.T, name string) float64 {
 	return v
 }
 
+// fixtureCPU is the CPU time the agent tests let the spin fixture use: 20
+// turns of its 100 ms loop, enough for its split to show within 3 points.
+// How long that takes depends on how busy the machine is.
+const fixtureCPU = 2 * time.Second
+
 // TestAgentProfileMatchesSplit runs the agent while the fixture spins and
 // short-lived processes come and go, then checks the API's profile of the
-// range: the known split, short-lived processes named after they exited,
-// and what the agent itself cost.
+// range: the known split, samples for all the CPU time each used,
+// short-lived processes named after they exited, and what the agent itself
+// cost.
 func TestAgentProfileMatchesSplit(t *testing.T) {
 	requireRoot(t)
 	flint, spin := build(t)
 	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--frequency", "499")
 	from := time.Now()
+	// Started once the agent samples, the fixture has all its life sampled.
 	pid := startSpin(t, spin)
 	short := filepath.Join(t.TempDir(), "spinshort")
 	copyFile(t, spin, short)
+	var shortCPU time.Duration
 	for range 5 {
-		if err := exec.Command(short, "0.2").Run(); err != nil {
+		cmd := exec.Command(short, "0.2")
+		if err := cmd.Run(); err != nil {
 			t.Fatal(err)
 		}
+		shortCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
-	time.Sleep(5 * time.Second) // past two more windows
+	fixture.Start(t, pid).Await(t, fixtureCPU)
+	freeze(t, pid)
+	cpu, err := fixture.CPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two more windows: the second began after the fixture stopped.
+	waitMetric(t, a, "flint_windows_written_total", a.metric(t, "flint_windows_written_total")+2)
 	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"}}
 
 	q.Set("selector", fmt.Sprintf(`{pid="%d"}`, pid))
-	checkPprofSplit(t, a.get(t, "/api/v1/profile", q), []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
+	data := a.get(t, "/api/v1/profile", q)
+	checkPprofSplit(t, data, []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
+	p, err := pprofile.ParseData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture.CheckSamples(t, "the fixture", totalSamples(p), 499, cpu)
 
 	q.Set("selector", `{comm="spinshort"}`)
-	p, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+	p, err = pprofile.ParseData(a.get(t, "/api/v1/profile", q))
 	if err != nil {
 		t.Fatal(err)
 	}
 	named, total := funcSamples(p, "func_a"), totalSamples(p)
-	if total < 50 || named < total/3 {
+	fixture.CheckSamples(t, "5 short-lived processes", total, 499, shortCPU)
+	if named < total/3 {
 		t.Errorf("short-lived processes: %d samples, %d in func_a", total, named)
 	}
 
@@ -179,6 +205,26 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	if self := a.get(t, "/api/v1/profile", q); !bytes.Contains(self, []byte("[flint BPF programs]")) {
 		t.Errorf("the agent's own cost is not stored under its labels:\n%s", self)
 	}
+}
+
+// freeze stops the process pid with SIGSTOP and returns once it is
+// stopped: its CPU time no longer grows.
+func freeze(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+	}
+	t.Fatalf("pid %d did not stop", pid)
 }
 
 // TestAgentLiveProfile asks the agent for a live pprof profile of the
@@ -190,17 +236,24 @@ func TestAgentLiveProfile(t *testing.T) {
 	flint, spin := build(t)
 	a := startAgent(t, flint, t.TempDir(), "--window", "1m", "--frequency", "499")
 	pid := startSpin(t, spin)
-	time.Sleep(3 * time.Second) // samples the profile must not hold
-	data := a.get(t, "/debug/pprof/profile", url.Values{"seconds": {"2"}, "pid": {strconv.Itoa(pid)}})
+	// Samples the profile must not hold: as many as it should hold, for
+	// the profile asks for as long as this took.
+	before := fixture.Start(t, pid).Await(t, fixtureCPU)
+	seconds := max(2, int(math.Ceil(before.Seconds())))
+	log := fixture.StartLog(t, pid)
+	data := a.get(t, "/debug/pprof/profile", url.Values{"seconds": {strconv.Itoa(seconds)}, "pid": {strconv.Itoa(pid)}})
+	log.Stop()
 	checkPprofSplit(t, data, []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
 	p, err := pprofile.ParseData(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fixture has one thread: 2 s of it are at most 998 samples.
-	if n := totalSamples(p); n > 2*499*11/10 {
-		t.Errorf("%d samples in a 2 s profile of one thread at 499 Hz: it holds samples from before the request", n)
-	}
+	// The profile says when it began and how long it lasted. It holds the
+	// samples drained from the kernel between then and its end; a drain
+	// takes milliseconds, a small part of the tolerance.
+	start := time.Unix(0, p.TimeNanos)
+	lo, hi := log.Between(t, start, start.Add(time.Duration(p.DurationNanos)))
+	fixture.CheckSamplesBetween(t, "the live profile", totalSamples(p), 499, lo, hi)
 }
 
 func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) {
@@ -209,9 +262,10 @@ func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Callers check the count against the fixture's CPU time.
 	total := totalSamples(p)
-	if total < 300 {
-		t.Fatalf("only %d samples", total)
+	if total == 0 {
+		t.Fatal("no samples")
 	}
 	for i, fn := range funcs {
 		share := 100 * float64(funcSamples(p, fn)) / float64(total)
@@ -257,15 +311,19 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// windows counts the windows in a store and their samples.
-func windows(t *testing.T, dir string) (samples int64) {
+// stored counts the samples of the last hour in a store that sel selects.
+func stored(t *testing.T, dir, sel string) (samples int64) {
 	t.Helper()
 	st, err := store.Open(dir, store.DefaultOptions())
 	if err != nil {
 		t.Fatalf("open store after the agent: %v", err)
 	}
 	defer st.Close()
-	p, err := st.Profile(context.Background(), store.Query{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Minute)})
+	s, err := selector.Parse(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.Profile(context.Background(), store.Query{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Minute), Selector: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,21 +331,25 @@ func windows(t *testing.T, dir string) (samples int64) {
 }
 
 // TestAgentSIGTERMFlushes stops the agent in the middle of a long window:
-// the partial window is written and the exit status is 0.
+// the partial window is written, with a sample for every 1/499 s the
+// fixture ran, and the exit status is 0.
 func TestAgentSIGTERMFlushes(t *testing.T) {
 	requireRoot(t)
 	flint, spin := build(t)
-	startSpin(t, spin)
 	dir := t.TempDir()
-	a := startAgent(t, flint, dir, "--window", "1h")
-	time.Sleep(2 * time.Second)
+	a := startAgent(t, flint, dir, "--window", "1h", "--frequency", "499")
+	pid := startSpin(t, spin)
+	fixture.Start(t, pid).Await(t, fixtureCPU)
+	freeze(t, pid)
+	cpu, err := fixture.CPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	if err := a.cmd.Wait(); err != nil {
 		t.Fatalf("agent after SIGTERM: %v\n%s", err, a.stderr)
 	}
-	if n := windows(t, dir); n < 100 {
-		t.Errorf("%d samples stored after SIGTERM, want the 2 s window (~200)", n)
-	}
+	fixture.CheckSamples(t, "stored after SIGTERM", stored(t, dir, fmt.Sprintf(`{pid="%d"}`, pid)), 499, cpu)
 }
 
 // TestAgentSecondRefused starts two agents on one data directory.
@@ -317,7 +379,7 @@ func TestAgentKilledKeepsStore(t *testing.T) {
 		time.Sleep(time.Duration(1200+rand.IntN(1500)) * time.Millisecond)
 		a.cmd.Process.Kill()
 		a.cmd.Wait()
-		after := windows(t, dir)
+		after := stored(t, dir, "")
 		t.Logf("kill %d: %d samples stored", i, after)
 		if after < before {
 			t.Fatalf("kill %d: %d samples stored, fewer than the %d before", i, after, before)

@@ -16,6 +16,7 @@ import (
 
 	pprofile "github.com/google/pprof/profile"
 
+	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
 )
@@ -29,8 +30,15 @@ var (
 )
 
 const (
-	testFreq     = 997
-	testDuration = 3 * time.Second
+	testFreq = 997
+	// testCPU is the CPU time a recording waits for a fixture to use: 20
+	// turns of its 100 ms loop, so the turn cut off at the end moves a
+	// share by at most 25/(20·100+50) ≈ 1.2 points. On a loaded machine
+	// that takes longer than testCPU of wall time; no matter.
+	testCPU = 2 * time.Second
+	// maxWall bounds a recording: a fixture that got less than
+	// fixture.MinShare of a CPU in it was starved, not measured.
+	maxWall      = time.Duration(float64(testCPU) / fixture.MinShare)
 	tolerance    = 3.0  // percentage points
 	minMainShare = 99.0 // percent of samples whose stack reaches main
 )
@@ -106,21 +114,69 @@ func startFixture(t *testing.T, argv ...string) *exec.Cmd {
 	return cmd
 }
 
-func record(t *testing.T, o RecordOptions) *profile.Profile {
+// record runs Record with o until done, asked at each Progress report
+// (about once a second), says so, or for maxWall.
+func record(t *testing.T, o RecordOptions, done func(Progress) bool) *Result {
 	t.Helper()
 	if o.Frequency == 0 {
 		o.Frequency = testFreq
 	}
-	if o.Duration == 0 {
-		o.Duration = testDuration
-	}
+	o.Duration = maxWall
 	o.KernelStacks = true
-	res, err := Record(context.Background(), o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o.Progress = func(p Progress) {
+		if done(p) {
+			cancel()
+		}
+	}
+	res, err := Record(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range res.Warnings {
 		t.Logf("warning: %s", w)
+	}
+	return res
+}
+
+// reading is the kernel's count of samples and the fixture's CPU time,
+// read one right after the other.
+type reading struct {
+	samples uint64
+	cpu     time.Duration
+}
+
+// recordFixture records the process o.PID until it has used testCPU of CPU
+// time. It checks that the kernel sampled the fixture testFreq times per
+// second of its CPU time, whatever share of a CPU it got, and that every
+// sample taken reached the profile.
+func recordFixture(t *testing.T, o RecordOptions) *profile.Profile {
+	t.Helper()
+	span := fixture.Start(t, o.PID)
+	// A report comes about once a second while sampling and once right
+	// after it stopped: the first and the last bound a stretch wholly
+	// inside the recording, unlike a reading taken before Record, which
+	// loads BPF programs first while the fixture runs.
+	var reads []reading
+	res := record(t, o, func(p Progress) bool {
+		cpu, _ := span.Used(t)
+		reads = append(reads, reading{p.Samples, cpu})
+		return cpu >= testCPU
+	})
+	span.RequireRan(t)
+	if len(reads) < 2 {
+		t.Fatalf("%d progress reports: want one a second and one at the end", len(reads))
+	}
+	first, last := reads[0], reads[len(reads)-1]
+	fixture.CheckSamples(t, "taken by the kernel", int64(last.samples-first.samples), testFreq, last.cpu-first.cpu)
+	// With a PID to record, the kernel counts only that process's samples.
+	var total int64
+	for _, s := range res.Profile.Samples {
+		total += s.Count
+	}
+	if st := res.Stats; uint64(total) != st.Samples-st.Dropped() {
+		t.Errorf("%d samples in the profile, %d taken by the kernel, %d of them dropped", total, st.Samples, st.Dropped())
 	}
 	return res.Profile
 }
@@ -164,9 +220,10 @@ func checkSplit(t *testing.T, p *profile.Profile, keep func(*profile.Sample) boo
 	got, mainShare, total := shares(p, keep, funcs, mainFunc)
 	t.Logf("%d samples: %s %.1f%%, %s %.1f%%, %s %.1f%%; %.2f%% reach %s",
 		total, funcs[0], got[0], funcs[1], got[1], funcs[2], got[2], mainShare, mainFunc)
-	// 3 s at 997 Hz is ~3000 samples of a busy thread; allow for a loaded CI.
-	if total < 1000 {
-		t.Fatalf("only %d samples of the fixture", total)
+	// How many samples there should be is checked against the fixture's
+	// CPU time where it is known; here, only that there are some.
+	if total == 0 {
+		t.Fatal("no samples of the fixture")
 	}
 	for i := range funcs {
 		if math.Abs(got[i]-split[i]) > tolerance {
@@ -209,7 +266,7 @@ func TestRecordKnownSplit(t *testing.T) {
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			cmd := startFixture(t, append([]string{fx[tc.fixture]}, argDuration(tc.fixture, 30)...)...)
-			p := record(t, RecordOptions{PID: cmd.Process.Pid})
+			p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
 			checkSplit(t, p, byPID(cmd.Process.Pid), tc.funcs, tc.mainFunc)
 		})
 	}
@@ -230,7 +287,7 @@ func TestRecordGoInlinedFrames(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	cmd := startFixture(t, fx["go-stripped"], "-d", "30")
-	p := record(t, RecordOptions{PID: cmd.Process.Pid, Duration: time.Second})
+	p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
 	var total, inlined int64
 	for _, s := range p.Samples {
 		total += s.Count
@@ -251,17 +308,34 @@ func TestRecordGoInlinedFrames(t *testing.T) {
 }
 
 // TestRecordAgainstGoProfiler compares flint's split with Go's own CPU
-// profile of the same run.
+// profile of the same run, recorded until the fixture exits.
 func TestRecordAgainstGoProfiler(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	goProf := filepath.Join(t.TempDir(), "go.pprof")
-	cmd := startFixture(t, fx["go"], "-d", "3.5", "-cpuprofile", goProf, "-rate", "500")
-	p := record(t, RecordOptions{PID: cmd.Process.Pid})
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
+	cmd := startFixture(t, fx["go"], "-d", strconv.FormatFloat(testCPU.Seconds(), 'f', -1, 64), "-cpuprofile", goProf, "-rate", "500")
+	span := fixture.Start(t, cmd.Process.Pid)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	ended := false
+	res := record(t, RecordOptions{PID: cmd.Process.Pid}, func(Progress) bool {
+		select {
+		case waitErr = <-exited:
+			ended = true
+		default:
+		}
+		return ended
+	})
+	if !ended {
+		// maxWall passed: the fixture got under fixture.MinShare of a CPU.
+		span.RequireRan(t)
+		waitErr = <-exited
 	}
-	ours, _, _ := shares(p, byPID(cmd.Process.Pid), goFuncs, "main.main")
+	if waitErr != nil {
+		t.Fatal(waitErr)
+	}
+	ours, _, _ := shares(res.Profile, byPID(cmd.Process.Pid), goFuncs, "main.main")
 	f, err := os.Open(goProf)
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +392,7 @@ func TestRecordOtherMountNamespace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "spin-ns")); err == nil {
 		t.Fatal("the binary is visible outside its mount namespace: the test proves nothing")
 	}
-	p := record(t, RecordOptions{PID: cmd.Process.Pid})
+	p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
 	checkSplit(t, p, byPID(cmd.Process.Pid), cFuncs, "main")
 }
 
@@ -335,7 +409,7 @@ func TestRecordDeletedBinary(t *testing.T) {
 			if err := os.Remove(bin); err != nil {
 				t.Fatal(err)
 			}
-			p := record(t, RecordOptions{PID: cmd.Process.Pid})
+			p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
 			funcs, mainFunc := cFuncs, "main"
 			if name[:2] == "go" {
 				funcs, mainFunc = goFuncs, "main.main"
@@ -346,31 +420,72 @@ func TestRecordDeletedBinary(t *testing.T) {
 }
 
 // TestRecordShortLivedProcesses records the whole machine while processes
-// living 0.4 s come and go: each is named though it exits before the end.
+// living 0.4 s of CPU time run one after another: each is named though it
+// exits before the end, and together they have the samples their CPU time
+// is worth.
 func TestRecordShortLivedProcesses(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	bin := filepath.Join(t.TempDir(), "spinshort")
 	copyFile(t, fx["c-pie"], bin)
+	const runs = 5 // of 0.4 s of CPU: testCPU in all
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int)
+	defer cancel()
+	// They start at the first progress report, once sampling runs, and the
+	// recording ends after the last exited: each lies wholly inside it.
+	start, done := make(chan struct{}), make(chan error, 1)
+	var cpu time.Duration // of the processes that ran, from their rusage
 	go func() {
-		n := 0
-		defer func() { done <- n }()
-		for ctx.Err() == nil {
-			if err := exec.CommandContext(ctx, bin, "0.4").Run(); err == nil {
-				n++
-			}
+		select {
+		case <-start:
+		case <-ctx.Done():
+			done <- ctx.Err()
+			return
 		}
+		for range runs {
+			cmd := exec.CommandContext(ctx, bin, "0.4")
+			if err := cmd.Run(); err != nil {
+				done <- err
+				return
+			}
+			cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		}
+		done <- nil
 	}()
-	p := record(t, RecordOptions{})
-	cancel()
-	runs := <-done
-	t.Logf("%d short-lived processes ran", runs)
-	if runs < 3 {
-		t.Fatalf("only %d short-lived processes ran", runs)
+	var runErr error
+	started, ended := false, false
+	t0 := time.Now()
+	res := record(t, RecordOptions{}, func(Progress) bool {
+		if !started {
+			close(start)
+			started = true
+		}
+		select {
+		case runErr = <-done:
+			ended = true
+		default:
+		}
+		return ended
+	})
+	if !ended {
+		// maxWall passed before the processes had their testCPU.
+		cancel()
+		<-done
+		fixture.RequireShare(t, "the short-lived processes", cpu, time.Since(t0))
+		t.Fatalf("the short-lived processes did not end within %v", maxWall)
 	}
-	checkSplit(t, p, func(s *profile.Sample) bool { return s.Labels[profile.LabelComm] == "spinshort" }, cFuncs, "main")
+	if runErr != nil {
+		t.Fatalf("short-lived process: %v", runErr)
+	}
+	isShort := func(s *profile.Sample) bool { return s.Labels[profile.LabelComm] == "spinshort" }
+	var total int64
+	for _, s := range res.Profile.Samples {
+		if isShort(s) {
+			total += s.Count
+		}
+	}
+	fixture.CheckSamples(t, fmt.Sprintf("%d short-lived processes", runs), total, testFreq, cpu)
+	checkSplit(t, res.Profile, isShort, cFuncs, "main")
 }
 
 // TestRecordAggregate checks the in-kernel aggregation transfer gives the
@@ -379,7 +494,7 @@ func TestRecordAggregate(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	cmd := startFixture(t, fx["go"], "-d", "30")
-	p := record(t, RecordOptions{PID: cmd.Process.Pid, Transfer: sampler.Aggregate})
+	p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid, Transfer: sampler.Aggregate})
 	checkSplit(t, p, byPID(cmd.Process.Pid), goFuncs, "main.main")
 }
 

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flint-dev/flint/internal/fixture"
 )
 
 // execChildEnv makes the test binary a fixture that spins, then execs a
@@ -77,8 +79,11 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
+			span := fixture.Start(t, os.Getpid())
 			spin(500 * time.Millisecond)
+			cpu, _ := span.Used(t)
 			s.Stop()
+			span.RequireRan(t)
 			samples, err := s.Drain()
 			if err != nil {
 				t.Fatal(err)
@@ -92,10 +97,7 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 					}
 				}
 			}
-			// 0.5 s of one busy CPU at 997 Hz is ~500 samples.
-			if mine < 250 {
-				t.Errorf("%d samples of this process, want ≥ 250", mine)
-			}
+			fixture.CheckSamples(t, "this process", int64(mine), 997, cpu)
 			if withUser < mine*9/10 {
 				t.Errorf("%d of %d samples have a user stack", withUser, mine)
 			}
@@ -134,20 +136,25 @@ func TestSamplerNewImageAfterExec(t *testing.T) {
 			defer s.Close()
 			child := exec.Command(self)
 			child.Env = append(os.Environ(), execChildEnv+"=1")
+			t0 := time.Now()
 			if err := child.Run(); err != nil {
 				t.Fatalf("fixture: %v", err)
 			}
 			s.Stop()
+			cpu := child.ProcessState.UserTime() + child.ProcessState.SystemTime()
+			fixture.RequireShare(t, "the fixture", cpu, time.Since(t0))
 			samples, err := s.Drain()
 			if err != nil {
 				t.Fatal(err)
 			}
 			pid := uint32(child.Process.Pid)
 			commByGen := map[uint32]map[string]uint64{}
+			var total uint64
 			for _, smp := range samples {
 				if smp.PID != pid {
 					continue
 				}
+				total += smp.Count
 				if commByGen[smp.Generation] == nil {
 					commByGen[smp.Generation] = map[string]uint64{}
 				}
@@ -164,6 +171,8 @@ func TestSamplerNewImageAfterExec(t *testing.T) {
 			if len(gens) < 2 || len(gens) > 3 {
 				t.Fatalf("pid %d announced with generations %v, want two (before and after exec); samples by generation: %v", pid, gens, commByGen)
 			}
+			// Sampling ran over the child's whole life.
+			fixture.CheckSamples(t, "the fixture, all images", int64(total), 997, cpu)
 			gens = gens[len(gens)-2:]
 			before, after := commByGen[gens[0]], commByGen[gens[1]]
 			if before[filepath.Base(self)] < 100 || after["sh"] < 100 {
@@ -186,10 +195,22 @@ func drainChan(c chan uint32) []uint32 {
 	}
 }
 
+// spin burns d of this process's CPU time, or gives up once
+// d/fixture.MinShare of wall time passed: the machine starved it then.
+//
 //go:noinline
 func spin(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); {
+	pid := os.Getpid()
+	start, err := fixture.CPU(pid)
+	if err != nil {
+		panic(err)
+	}
+	giveUp := time.Now().Add(time.Duration(float64(d) / fixture.MinShare))
+	for {
 		for i := 0; i < 10000; i++ {
+		}
+		if cpu, _ := fixture.CPU(pid); cpu-start >= d || time.Now().After(giveUp) {
+			return
 		}
 	}
 }
