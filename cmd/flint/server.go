@@ -92,12 +92,13 @@ const defaultListen = "127.0.0.1:7070"
 // storeOpener opens the store a URL names.
 type storeOpener func(ctx context.Context, url string) (store.Store, error)
 
-// openStore opens the shared store flint server reads: ClickHouse. It
-// drops nothing (retention is the agents' job), so the server holds no
-// state and any number may run.
+// openStore opens the shared store flint server reads: ClickHouse, read
+// only. It changes nothing (the schema and retention are the agents'
+// job), so its user needs only read rights, it holds no state and any
+// number may run.
 func openStore(ctx context.Context, dsn string) (store.Store, error) {
 	o := store.DefaultOptions()
-	o.Retention, o.CompactInterval = 0, 0
+	o.Retention, o.CompactInterval, o.ReadOnly = 0, 0, true
 	return store.OpenClickHouse(ctx, dsn, o)
 }
 

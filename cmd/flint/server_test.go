@@ -135,6 +135,8 @@ func TestServerOverClickHouse(t *testing.T) {
 	ch := chtest.Start(t)
 	ctx := context.Background()
 	dsn := ch.DSN("flint")
+	// The server reads as a user that may not write.
+	readerDSN := ch.DSN("flint", "user="+chtest.Reader, "password="+chtest.Password)
 	start := time.Now().Add(-30 * time.Minute).Truncate(time.Minute)
 	windows, findings := fleetWindows(start)
 
@@ -173,8 +175,8 @@ func TestServerOverClickHouse(t *testing.T) {
 		t.Fatal(err)
 	}
 	plainAddr, tlsAddr := freeAddr(t), freeAddr(t)
-	startServer(t, "--store", dsn, "--listen", plainAddr, "--token-file", tokenFile)
-	startServer(t, "--store", dsn, "--listen", tlsAddr, "--token-file", tokenFile, "--tls-cert", certFile, "--tls-key", keyFile)
+	startServer(t, "--store", readerDSN, "--listen", plainAddr, "--token-file", tokenFile)
+	startServer(t, "--store", readerDSN, "--listen", tlsAddr, "--token-file", tokenFile, "--tls-cert", certFile, "--tls-key", keyFile)
 	ca := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(caFile)
 	ca.AppendCertsFromPEM(caPEM)

@@ -75,7 +75,7 @@ func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, er
 		c.hosts = append(c.hosts, cl)
 	}
 	for i, h := range c.hosts {
-		if err := prepare(ctx, h, d); err != nil {
+		if err := prepare(ctx, h, d, o.ReadOnly); err != nil {
 			return nil, fmt.Errorf("open clickhouse store at %s: %w", d.hosts[i], err)
 		}
 	}
@@ -92,8 +92,8 @@ func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, er
 var versionRe = regexp.MustCompile(`^(\d+)\.(\d+)`)
 
 // prepare checks that h is a ClickHouse flint can use and brings its
-// schema to chSchemaVersion.
-func prepare(ctx context.Context, h *chClient, d chDSN) error {
+// schema to chSchemaVersion, or with readOnly checks that it is there.
+func prepare(ctx context.Context, h *chClient, d chDSN, readOnly bool) error {
 	db := h.database
 	h.database = "" // the database may not exist yet
 	var version string
@@ -101,7 +101,7 @@ func prepare(ctx context.Context, h *chClient, d chDSN) error {
 		version = r.string()
 		return nil
 	})
-	if err == nil {
+	if err == nil && !readOnly {
 		err = h.exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db, nil)
 	}
 	h.database = db
@@ -120,6 +120,9 @@ func prepare(ctx context.Context, h *chClient, d chDSN) error {
 	minor, _ := strconv.Atoi(m[2])
 	if major < minVersion[0] || major == minVersion[0] && minor < minVersion[1] {
 		return fmt.Errorf("clickhouse %s is older than %d.%d, the oldest flint supports", version, minVersion[0], minVersion[1])
+	}
+	if readOnly {
+		return checkClickHouse(ctx, h, d.cluster)
 	}
 	return migrateClickHouse(ctx, h, d.cluster)
 }
@@ -215,14 +218,34 @@ func migrateClickHouse(ctx context.Context, h *chClient, cluster string) error {
 	return nil
 }
 
-// schemaVersionOf reads the schema version; 0 when there is no schema.
+// checkClickHouse checks, changing nothing, that the schema is the one
+// this flint reads.
+func checkClickHouse(ctx context.Context, h *chClient, cluster string) error {
+	version, err := schemaVersionOf(ctx, h)
+	switch {
+	case err != nil:
+		return err
+	case version == 0:
+		return fmt.Errorf("clickhouse database %s has no flint schema: an agent started with --store creates it", h.database)
+	case version > chSchemaVersion:
+		return fmt.Errorf("%w: clickhouse database %s has schema version %d, this flint reads up to %d: upgrade flint",
+			ErrNewerSchema, h.database, version, chSchemaVersion)
+	case version < chSchemaVersion:
+		return fmt.Errorf("clickhouse database %s has schema version %d, this flint reads %d: an agent of this release upgrades it",
+			h.database, version, chSchemaVersion)
+	}
+	return checkColumns(ctx, h, cluster)
+}
+
+// schemaVersionOf reads the schema version; 0 when there is no schema
+// (or no database).
 func schemaVersionOf(ctx context.Context, h *chClient) (uint32, error) {
 	var v uint64
 	err := h.query(ctx, "SELECT toUInt64(max(version)) FROM meta", nil, func(r *rowReader) error {
 		v = r.uint64()
 		return nil
 	})
-	if chCode(err) == chUnknownTable {
+	if code := chCode(err); code == chUnknownTable || code == chUnknownDatabase {
 		return 0, nil
 	}
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 const (
 	chTableAlreadyExists = 57
 	chUnknownTable       = 60
+	chUnknownDatabase    = 81
 	chUnknownUser        = 192
 	chWrongPassword      = 193
 	chRequiredPassword   = 194

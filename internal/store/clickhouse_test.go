@@ -152,6 +152,52 @@ func TestClickHouseConcurrentOpen(t *testing.T) {
 	}
 }
 
+// TestClickHouseReadOnly opens the store as a user that may only read, as
+// flint server does: queries answer, nothing is created, and a write or a
+// missing schema fails with one line.
+func TestClickHouseReadOnly(t *testing.T) {
+	ctx := context.Background()
+	written := newDatabase(t)
+	w := openClickHouse(t, written, testOptions())
+	wl := newWorkload(t0)
+	if err := w.Write(ctx, wl.window(0)); err != nil {
+		t.Fatal(err)
+	}
+	reader := "user=" + chtest.Reader + "&password=" + chtest.Password
+	ro := testOptions()
+	ro.ReadOnly = true
+	r := openClickHouse(t, written+"?"+reader, ro)
+	p, err := r.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.Total(), wl.window(0).Total(); got != want {
+		t.Errorf("read %d samples, want %d", got, want)
+	}
+	if err := r.Write(ctx, wl.window(1)); err == nil || strings.Contains(err.Error(), "\n") {
+		t.Errorf("write as a reader: %v; want one line", err)
+	}
+
+	empty := newDatabase(t, "user="+chtest.Reader, "password="+chtest.Password)
+	for _, tt := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"read only", ro, "has no flint schema: an agent started with --store creates it"},
+		{"read write", testOptions(), "readonly mode"},
+	} {
+		s, err := OpenClickHouse(ctx, empty, tt.o)
+		if err == nil {
+			s.Close()
+			t.Fatalf("%s: opened a database without a schema as a reader", tt.name)
+		}
+		if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %q; want one line with %q", tt.name, err, tt.want)
+		}
+	}
+}
+
 // TestClickHouseResend stops the server under a writer: the write fails
 // with one clear line, and once the server is back a resend of a window
 // that was stored, and of one that was not, stores each exactly once.

@@ -56,6 +56,11 @@ type Options struct {
 	// on its own: a data directory or file readable by others made
 	// private, a corrupt database moved aside. Nil discards them.
 	Logf func(format string, args ...any)
+	// ReadOnly, for ClickHouse only, opens an existing schema for queries:
+	// it is checked, never created or changed, so a user that may only
+	// read (and set query settings: readonly=2) suffices. flint server
+	// opens its store so; the agents create the schema.
+	ReadOnly bool
 }
 
 // DefaultOptions returns the options flint's agent uses.

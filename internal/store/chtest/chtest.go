@@ -30,10 +30,13 @@ import (
 const Binary = "clickhouse-server"
 
 // User and Password name the second account every server has, besides
-// "default" without a password, for tests of authentication.
+// "default" without a password, for tests of authentication. Reader, with
+// the same password, may only read and set query settings (readonly=2),
+// as the account of a flint server should.
 const (
 	User     = "flint"
 	Password = "s3cret"
+	Reader   = "flint_reader"
 )
 
 // Server is one running clickhouse-server.
@@ -141,12 +144,15 @@ func (s *Server) writeConfig() error {
 	}
 	users := `<?xml version="1.0"?>
 <yandex>
-  <profiles><default><max_memory_usage>2000000000</max_memory_usage></default></profiles>
+  <profiles><default><max_memory_usage>2000000000</max_memory_usage></default>
+    <reader><max_memory_usage>2000000000</max_memory_usage><readonly>2</readonly></reader></profiles>
   <users>
     <default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
       <profile>default</profile><quota>default</quota></default>
     <` + User + `><password>` + Password + `</password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
       <profile>default</profile><quota>default</quota></` + User + `>
+    <` + Reader + `><password>` + Password + `</password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>reader</profile><quota>default</quota></` + Reader + `>
   </users>
   <quotas><default></default></quotas>
 </yandex>
