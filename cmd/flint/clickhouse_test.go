@@ -243,7 +243,7 @@ func TestFleetOverClickHouse(t *testing.T) {
 
 	replicas := []*server.Client{{URL: "http://" + freeAddr(t)}, {URL: "http://" + freeAddr(t)}}
 	for _, r := range replicas {
-		startServer(t, "--store", srv.DSN("fleet"), "--listen", strings.TrimPrefix(r.URL, "http://"))
+		startServer(t, "--store", srv.DSN("fleet", "user="+chtest.Reader, "password="+chtest.Password), "--listen", strings.TrimPrefix(r.URL, "http://"))
 	}
 	waitHealthy(t, replicas)
 	ask := func(path string, kv ...string) string {
