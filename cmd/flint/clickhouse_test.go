@@ -126,7 +126,7 @@ func TestAgentClickHouseOutage(t *testing.T) {
 	srv := chtest.Start(t)
 	flint, spin := build(t)
 	dir := t.TempDir()
-	startSpinFor(t, spin, "300")
+	startSpin(t, spin)
 	from := time.Now()
 	args := []string{"--store", srv.DSN("e2e"), "--node", "a", "--window", "2s", "--frequency", "199"}
 	a := startAgent(t, flint, dir, args...)
@@ -211,7 +211,7 @@ func TestFleetOverClickHouse(t *testing.T) {
 	for _, n := range nodes {
 		fixture := filepath.Join(t.TempDir(), "spin_"+n)
 		copyFile(t, spin, fixture)
-		startSpinFor(t, fixture, "300")
+		startSpin(t, fixture)
 	}
 	var agents []*agentProc
 	for _, n := range nodes {

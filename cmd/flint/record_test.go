@@ -111,13 +111,9 @@ func build(t *testing.T) (flint, spin string) {
 
 func startSpin(t *testing.T, spin string) int {
 	t.Helper()
-	return startSpinFor(t, spin, "30")
-}
-
-// startSpinFor starts the spin fixture for that many seconds of CPU time.
-func startSpinFor(t *testing.T, spin, seconds string) int {
-	t.Helper()
-	cmd := exec.Command(spin, seconds)
+	// It spins until the test ends: on a loaded machine a test may take
+	// minutes, and a fixture that exits first fails it.
+	cmd := exec.Command(spin, "3600")
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

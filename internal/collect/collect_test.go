@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
@@ -29,15 +30,38 @@ func exeKey(t *testing.T, pid int) proc.FileKey {
 	return proc.FileKey{}
 }
 
-func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
-	sym := symbol.New()
-	defer sym.Close()
-	c := New(sym, "")
+// startSleep starts `sleep 60`, killed when the test ends, and returns it
+// once its executable is mapped: exec switches /proc/PID/exe and returns
+// to the parent (closing its close-on-exec pipe) before the kernel maps the
+// new program, so a process just started may not have its mappings yet.
+func startSleep(t *testing.T) (*exec.Cmd, *proc.Process) {
+	t.Helper()
 	child := exec.Command("sleep", "60")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer child.Process.Kill()
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		p, err := proc.Read(child.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range p.Mappings {
+			if m.Path == p.Exe && p.Exe != "" {
+				return child, p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %s not mapped after 10 s", child.Process.Pid, p.Exe)
+		}
+	}
+}
+
+func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	child, _ := startSleep(t)
 	sleep := exeKey(t, child.Process.Pid)
 	c.NewProc(uint32(child.Process.Pid), 1)
 	c.NewProc(uint32(os.Getpid()), 1)
@@ -140,16 +164,8 @@ func TestProfileLinkTimeAddresses(t *testing.T) {
 	var fileOffset uint64
 	var exe string
 	for i := range 2 {
-		child := exec.Command("sleep", "60")
-		if err := child.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer child.Process.Kill()
+		child, p := startSleep(t)
 		pid := child.Process.Pid
-		p, err := proc.Read(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
 		exe = p.Exe
 		var text *proc.Mapping
 		for j := range p.Mappings {
@@ -210,11 +226,7 @@ func TestCollectorBoundedUnderChurn(t *testing.T) {
 	sym := symbol.New()
 	defer sym.Close()
 	c := New(sym, "")
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer child.Process.Kill()
+	child, _ := startSleep(t)
 	pid := uint32(child.Process.Pid)
 	var before, after runtime.MemStats
 	runtime.GC()
