@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/symbol"
 	"github.com/flint-dev/flint/internal/tracefs"
 )
@@ -74,9 +75,9 @@ func watchProbes(tracefsDir string) *probeWatch {
 	if len(links) == 0 {
 		return w
 	}
-	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	c, err := sampler.EnableStats()
 	if err != nil {
-		w.disabled = fmt.Sprintf("enable BPF statistics: %v", err)
+		w.disabled = err.Error()
 		return w
 	}
 	w.stats = c

@@ -348,6 +348,9 @@ func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error)
 // returned closer is closed (it costs every BPF program ~20 ns a run).
 func EnableStats() (io.Closer, error) {
 	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if errors.Is(err, unix.EPERM) {
+		return nil, fmt.Errorf("enable BPF statistics: %w (needs CAP_SYS_ADMIN)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enable BPF statistics: %w", err)
 	}
