@@ -146,6 +146,12 @@ var chTables = []chTable{
 	{name: "samples",
 		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"stack", "UInt64"}, {"count", "UInt32"}},
 		engine:  "MergeTree PARTITION BY day ORDER BY (labels, start, stack)"},
+	// A window's samples summed per label set, written after them: the
+	// timeline (Series) reads one row per process and window instead of
+	// one per stack.
+	{name: "totals",
+		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"count", "UInt64"}},
+		engine:  "MergeTree PARTITION BY day ORDER BY (labels, start)"},
 	{name: "labelsets",
 		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"hash", "UInt64"}, {"names", "Array(String)"}, {"values", "Array(String)"}},
 		engine:  "ReplacingMergeTree PARTITION BY day ORDER BY hash"},
@@ -552,13 +558,11 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		counts[sampleRow{labels: lh, stack: sh}] += s.Count
 		total += s.Count
 	}
+	var stored windowState
 	if resend {
-		stored, err := c.windowStored(ctx, day, start, nodeOf)
-		if err != nil {
+		var err error
+		if stored, err = c.windowStored(ctx, day, start, nodeOf); err != nil {
 			return err
-		}
-		if stored {
-			return nil
 		}
 	}
 
@@ -577,14 +581,25 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		}
 		return cmpUint(a.stack, b.stack)
 	})
-	var samples rowWriter
-	for _, r := range rows {
+	var samples, totals rowWriter
+	var labelTotal int64
+	for i, r := range rows {
 		samples.date(day)
 		samples.string(nodeOf[r.labels])
 		samples.int64(start)
 		samples.uint64(r.labels)
 		samples.uint64(r.stack)
 		samples.uint32(uint32(r.count))
+		// rows are sorted by label set: its total ends with its last row.
+		labelTotal += r.count
+		if i == len(rows)-1 || rows[i+1].labels != r.labels {
+			totals.date(day)
+			totals.string(nodeOf[r.labels])
+			totals.int64(start)
+			totals.uint64(r.labels)
+			totals.uint64(uint64(labelTotal))
+			labelTotal = 0
+		}
 	}
 	var window rowWriter
 	window.date(day)
@@ -594,12 +609,16 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 	window.int64(int64(p.Period))
 	window.uint64(uint64(total))
 
+	// The samples are the window's commit point; its totals follow. A
+	// resend writes what the lost attempt did not.
 	h := c.hosts[0]
 	for _, ins := range []struct {
 		table string
 		rows  []byte
-	}{{"labelsets", labels.b}, {"stacks", stacks.b}, {"windows", window.b}, {"samples", samples.b}} {
-		if len(ins.rows) == 0 {
+		done  bool
+	}{{"labelsets", labels.b, stored.samples}, {"stacks", stacks.b, stored.samples}, {"windows", window.b, stored.samples},
+		{"samples", samples.b, stored.samples}, {"totals", totals.b, stored.totals}} {
+		if len(ins.rows) == 0 || ins.done {
 			continue
 		}
 		if err := h.insert(ctx, ins.table, ins.rows, insertSettings); err != nil {
@@ -625,27 +644,35 @@ func cmpUint(a, b uint64) int {
 	return 0
 }
 
-// windowStored reports whether the samples of the window starting at
-// start with these label sets are stored. The samples INSERT is atomic,
-// so any row means all of them.
-func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, labelSets map[uint64]string) (bool, error) {
+// windowState is what an earlier attempt stored of a window.
+type windowState struct{ samples, totals bool }
+
+// windowStored reports which of the samples and totals of the window
+// starting at start with these label sets are stored. Each INSERT is
+// atomic, so any row of one means all of them.
+func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, labelSets map[uint64]string) (windowState, error) {
 	if len(labelSets) == 0 {
-		return false, nil
+		return windowState{}, nil
 	}
 	hs := make([]string, 0, len(labelSets))
 	for h := range labelSets {
 		hs = append(hs, strconv.FormatUint(h, 10))
 	}
-	q := fmt.Sprintf("SELECT count() FROM samples WHERE day = %s AND start = %d AND labels IN (%s)", dateLit(day), start, strings.Join(hs, ","))
-	var n uint64
-	err := c.hosts[0].query(ctx, q, nil, func(r *rowReader) error {
-		n = r.uint64()
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("check for an earlier write: %w", err)
+	var st windowState
+	for _, t := range []struct {
+		table  string
+		stored *bool
+	}{{"samples", &st.samples}, {"totals", &st.totals}} {
+		q := fmt.Sprintf("SELECT count() FROM %s WHERE day = %s AND start = %d AND labels IN (%s)", t.table, dateLit(day), start, strings.Join(hs, ","))
+		err := c.hosts[0].query(ctx, q, nil, func(r *rowReader) error {
+			*t.stored = r.uint64() > 0
+			return nil
+		})
+		if err != nil {
+			return windowState{}, fmt.Errorf("check for an earlier write: %w", err)
+		}
 	}
-	return n > 0, nil
+	return st, nil
 }
 
 // writeFindings inserts fs in one INSERT; with resend, not if the first

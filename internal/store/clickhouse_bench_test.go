@@ -271,7 +271,7 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	}
 	b.Logf("on disk after ingest: %d bytes, %.2f bytes per row, %.3f per sample", bytes,
 		float64(bytes)/float64(rows[0]+rows[1]), float64(bytes)/float64(samples[0]+samples[1]))
-	for _, t := range []string{"samples", "labelsets", "stacks", "windows"} {
+	for _, t := range []string{"samples", "totals", "labelsets", "stacks", "windows"} {
 		if err := s.hosts[0].exec(ctx, "OPTIMIZE TABLE "+t+" FINAL", nil); err != nil {
 			return err
 		}
@@ -296,7 +296,9 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 		"INSERT INTO labelsets SELECT day, concat(node, '-c', toString(k)) AS nn, cityHash64(hash, k), names, arrayMap((n, v) -> if(n = 'node', nn, v), names, values) FROM labelsets" + k,
 		"INSERT INTO windows SELECT day, concat(node, '-c', toString(k)), start, duration, period, samples FROM windows" + k,
 		"INSERT INTO samples SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), stack, count FROM samples" + k,
+		"INSERT INTO totals SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), count FROM totals" + k,
 		"OPTIMIZE TABLE samples FINAL",
+		"OPTIMIZE TABLE totals FINAL",
 		"OPTIMIZE TABLE labelsets FINAL",
 	} {
 		if err := s.hosts[0].exec(ctx, q, nil); err != nil {

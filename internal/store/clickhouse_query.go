@@ -80,14 +80,17 @@ func chSamples(cond string, from, to time.Time) string {
 	return w
 }
 
-// queryRows runs a SELECT on the first host.
+// queryRows runs a SELECT on the first host. The whole answer is computed
+// before it is sent, so an error becomes an HTTP error rather than text
+// after some rows; a query longer than ClickHouse's default limit (256 KiB:
+// a profile's list of stacks) raises the limit for itself.
 func (c *ClickHouse) queryRows(ctx context.Context, q string, f func(r *rowReader) error) error {
-	return c.hosts[0].query(ctx, q, chQuerySettings, f)
+	settings := url.Values{"wait_end_of_query": {"1"}}
+	if len(q) > 200<<10 {
+		settings.Set("max_query_size", strconv.Itoa(len(q)+1024))
+	}
+	return c.hosts[0].query(ctx, q, settings, f)
 }
-
-// chQuerySettings: the whole answer is computed before it is sent, so an
-// error becomes an HTTP error rather than text after some rows.
-var chQuerySettings = url.Values{"wait_end_of_query": {"1"}}
 
 // Profile merges the samples of windows starting in [q.From, q.To) whose
 // labels match q.Selector, as SQLite.Profile does. Samples that share a
@@ -195,9 +198,23 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if len(rows) == 0 {
 		return p, nil
 	}
+	// The stacks are named by their hashes, which the samples query
+	// returned: reading them again from samples would scan them twice.
+	listed := map[uint64]bool{}
+	var in strings.Builder
+	for i, r := range rows {
+		if listed[r.stack] {
+			continue
+		}
+		listed[r.stack] = true
+		if i > 0 {
+			in.WriteByte(',')
+		}
+		in.WriteString(strconv.FormatUint(r.stack, 10))
+	}
 	stacks := map[uint64][]*profile.Location{}
 	err = c.queryRows(ctx, "SELECT hash, any(body) FROM stacks WHERE "+chDays(q.From, q.To)+
-		" AND hash IN (SELECT stack FROM samples WHERE "+where+") GROUP BY hash", func(r *rowReader) error {
+		" AND hash IN ("+in.String()+") GROUP BY hash", func(r *rowReader) error {
 		h, b := r.uint64(), r.bytes()
 		if r.err != nil {
 			return nil
@@ -253,10 +270,11 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 	if c.opts.MaxSeriesPoints > 0 {
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
 	}
-	sql := fmt.Sprintf("SELECT v, b, sum(n) FROM (SELECT labels, intDiv(start - %d, %d) AS b, sum(count) AS n FROM samples WHERE %s"+
-		" GROUP BY labels, b) AS s ALL INNER JOIN (SELECT hash AS labels, any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s"+
-		" GROUP BY hash) AS l USING labels GROUP BY v, b%s",
-		from, int64(q.Step), chSamples(cond, q.From, q.To), quote(q.By), chDays(q.From, q.To), cond, limit)
+	// Joined first, then summed per (value, step): summing per (label
+	// set, step) first makes a group of every process's every window.
+	sql := fmt.Sprintf("SELECT v, intDiv(start - %d, %d) AS b, sum(count) FROM totals ALL INNER JOIN (SELECT hash AS labels,"+
+		" any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s GROUP BY hash) AS l USING labels WHERE %s GROUP BY v, b%s",
+		from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.From, q.To), limit)
 	index := map[string]int{}
 	var out []Series
 	var totals []int64

@@ -237,6 +237,30 @@ func TestClickHouseResend(t *testing.T) {
 	if err != nil || len(fs) != 3 {
 		t.Errorf("%d findings, %v; want 3", len(fs), err)
 	}
+
+	// An attempt that stored the samples but not the totals after them:
+	// the resend writes the totals alone.
+	chExec(t, srv, "flint", "ALTER TABLE totals DROP PARTITION '"+dayString(dayOf(t0))+"'")
+	for _, w := range []*profile.Profile{w0, w1} {
+		if err := s.WriteWindow(ctx, w, nil, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = query(t, s, Query{From: t0, To: t0.Add(time.Hour)})
+	if diff := compare(canonical(got.Samples), canonical(filter([]*profile.Profile{w0, w1}, nil, nil))); diff != "" {
+		t.Errorf("after resending the totals: %s", diff)
+	}
+	series, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Hour)}, By: "comm", Step: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sr := range series {
+		total += sr.Points[0].Samples
+	}
+	if want := w0.Total() + w1.Total(); total != want {
+		t.Errorf("series after resending the totals: %d samples, want %d", total, want)
+	}
 }
 
 func TestClickHouseRetention(t *testing.T) {
@@ -259,7 +283,7 @@ func TestClickHouseRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, table := range []string{"samples", "labelsets", "stacks", "windows", "findings"} {
+	for _, table := range []string{"samples", "totals", "labelsets", "stacks", "windows", "findings"} {
 		for d := range 5 {
 			n := chCount(t, s, table+" WHERE day = "+dateLit(dayOf(t0.Add(time.Duration(d)*24*time.Hour))))
 			if kept := d >= 2; kept != (n > 0) {

@@ -92,7 +92,7 @@ func TestClickHouseShards(t *testing.T) {
 	// Each shard holds its own node's rows, and only them.
 	for i, srv := range servers {
 		shard := openClickHouse(t, srv.DSN("flint"), testOptions())
-		for _, table := range []string{"samples_local", "labelsets_local", "stacks_local", "windows_local", "findings_local"} {
+		for _, table := range []string{"samples_local", "totals_local", "labelsets_local", "stacks_local", "windows_local", "findings_local"} {
 			mine := chCount(t, shard, table+" WHERE node = "+quote(nodes[i]))
 			theirs := chCount(t, shard, table+" WHERE node != "+quote(nodes[i]))
 			if mine == 0 || theirs != 0 {
