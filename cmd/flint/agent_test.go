@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -388,6 +390,73 @@ func TestAgentKilledKeepsStore(t *testing.T) {
 	}
 	if before == 0 {
 		t.Error("no window was ever stored")
+	}
+}
+
+// TestAgentProcessStorm starts 20,000 short-lived processes under the
+// agent, as fast as four goroutines can: the agent answers throughout,
+// names and stores them, stays within a memory bound, and forgets them
+// once they are gone.
+func TestAgentProcessStorm(t *testing.T) {
+	requireRoot(t)
+	if testing.Short() {
+		t.Skip("starts 20,000 processes")
+	}
+	flint, _ := build(t)
+	dir := t.TempDir()
+	a := startAgent(t, flint, dir, "--window", "2s", "--frequency", "499")
+	const storm, workers = 20000, 4
+	begin := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < storm; i += workers {
+				if exec.Command("/bin/true").Run() != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for storming := true; storming; {
+		select {
+		case <-done:
+			storming = false
+		case <-time.After(time.Second):
+		}
+		resp, err := client.Get("http://" + a.addr + "/healthz")
+		if err != nil {
+			t.Fatalf("the agent stopped answering during the storm: %v\n%s", err, a.stderr)
+		}
+		resp.Body.Close()
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d processes failed to run", n, storm)
+	}
+	learned := a.metric(t, "flint_processes")
+	t.Logf("%d processes in %s; the agent knew %.0f at the end", storm, time.Since(begin).Round(time.Millisecond), learned)
+	// Each known process is forgotten two windows after it exits.
+	waitFor(t, a, 30*time.Second, "the agent to forget the exited processes", func() bool {
+		return a.metric(t, "flint_processes") < 500
+	})
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peakKB int64
+	if m := regexp.MustCompile(`(?m)^VmHWM:\s+(\d+) kB`).FindSubmatch(status); m != nil {
+		peakKB, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	t.Logf("agent peak RSS %d MB", peakKB>>10)
+	if peakKB == 0 || peakKB > 300<<10 {
+		t.Errorf("agent peak RSS %d kB, want some and at most 300 MB", peakKB)
+	}
+	stopAgent(t, a)
+	if n := stored(t, dir, `{comm="true"}`); n == 0 {
+		t.Error("no sample of the storm's processes stored")
 	}
 }
 
