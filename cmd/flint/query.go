@@ -161,6 +161,9 @@ func (c *QueryConfig) Validate() error {
 		c.Diff = true
 	}
 	c.Diff = c.Diff || c.Normalize
+	if strings.HasSuffix(c.Output, ".pgo") {
+		return errors.New("cannot write a PGO profile from the store yet: it does not keep where functions start, which go build -pgo needs; use flint record -o default.pgo")
+	}
 	if c.Format == "" {
 		if c.Output == "-" {
 			c.Format = profile.FormatFolded

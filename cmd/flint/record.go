@@ -139,7 +139,7 @@ func parseRecord(args []string) (*RecordConfig, error) {
 		fs.IntVar(&c.Frequency, name, c.Frequency, "samples per second per CPU (`Hz`)")
 	}
 	for _, name := range []string{"o", "output"} {
-		fs.StringVar(&c.Output, name, c.Output, "output `file`; its extension picks the format (.svg .html .pb.gz .pprof .folded .json); - for stdout")
+		fs.StringVar(&c.Output, name, c.Output, "output `file`; its extension picks the format (.svg .html .pb.gz .pprof .pgo .folded .json); - for stdout")
 	}
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")

@@ -38,6 +38,7 @@ func TestParseRecord(t *testing.T) {
 			return c.Container == "3f2a" && c.Format == profile.FormatFolded
 		}},
 		{args: "-a -o -", check: func(c *RecordConfig) bool { return c.Format == profile.FormatFolded }},
+		{args: "-p 42 -o default.pgo", check: func(c *RecordConfig) bool { return c.Format == profile.FormatPprof }},
 		{args: "-a -o - --format json", check: func(c *RecordConfig) bool { return c.Format == profile.FormatJSON }},
 		{args: "-a -o x --format html --no-kernel", check: func(c *RecordConfig) bool { return c.Format == profile.FormatHTML && c.NoKernel }},
 		{args: "", wantErr: "say what to record"},

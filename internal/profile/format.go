@@ -37,6 +37,7 @@ func FormatOf(path string) (Format, error) {
 	for ext, f := range map[string]Format{
 		".svg": FormatSVG, ".html": FormatHTML, ".htm": FormatHTML,
 		".pb.gz": FormatPprof, ".pprof": FormatPprof, ".pb": FormatPprof,
+		".pgo":    FormatPprof, // default.pgo, the profile go build -pgo=auto reads
 		".folded": FormatFolded, ".txt": FormatFolded, ".json": FormatJSON,
 	} {
 		if strings.HasSuffix(path, ext) {

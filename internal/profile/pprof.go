@@ -54,6 +54,11 @@ func (p *Profile) Proto() *profile.Profile {
 				functions[k] = fn
 				out.Function = append(out.Function, fn)
 			}
+			// go build -pgo places call sites by their line within the
+			// function: it needs the function's first line.
+			if fn.StartLine == 0 {
+				fn.StartLine = int64(f.StartLine)
+			}
 			pl.Line = append(pl.Line, profile.Line{Function: fn, Line: int64(f.Line)})
 			if f.File != "" && pl.Mapping != nil {
 				pl.Mapping.HasFilenames, pl.Mapping.HasLineNumbers = true, true

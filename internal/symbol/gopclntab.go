@@ -328,6 +328,7 @@ type goFunc struct {
 	pcfile     uint32
 	pcln       uint32
 	cuOffset   uint32
+	startLine  int32 // ver120; 0 before
 	funcID     uint8
 	pcdata     []byte // npcdata uint32 offsets into pctab
 	funcdata   []byte // nfuncdata offsets (ver118+) or pointers (ver116)
@@ -372,6 +373,9 @@ func (t *GoTable) funcAt(i int) (goFunc, bool) {
 		pcfile:   u32(b + 16),
 		pcln:     u32(b + 20),
 		cuOffset: u32(b + 28),
+	}
+	if t.version == ver120 {
+		f.startLine = int32(u32(b + 32))
 	}
 	npcdata := uint64(u32(b + 24))
 	f.funcID = rec[hdr-4]
@@ -421,20 +425,20 @@ func (t *GoTable) Lookup(pc uint64) (frames []Frame) {
 		if !ok {
 			break
 		}
-		frames = t.appendFrame(frames, &f, call.nameOff, call.funcID, pc)
+		frames = t.appendFrame(frames, &f, call.nameOff, call.funcID, call.startLine, pc)
 		if call.parentPC < 0 || uint64(call.parentPC) >= f.end-f.entry {
 			break
 		}
 		pc = f.entry + uint64(call.parentPC)
 		idx = t.pcvalue(&f, t.pcdataOff(&f, pcdataInlTreeIndex), pc)
 	}
-	frames = t.appendFrame(frames, &f, f.nameOff, f.funcID, pc)
+	frames = t.appendFrame(frames, &f, f.nameOff, f.funcID, f.startLine, pc)
 	return slices.Clone(frames)
 }
 
 // appendFrame appends the frame of the function named at nameOff, inlined
 // into f or f itself, at pc.
-func (t *GoTable) appendFrame(frames []Frame, f *goFunc, nameOff int32, funcID uint8, pc uint64) []Frame {
+func (t *GoTable) appendFrame(frames []Frame, f *goFunc, nameOff int32, funcID uint8, startLine int32, pc uint64) []Frame {
 	file, line := t.fileLine(f, pc)
 	// runtime.tracebackPCs and CallersFrames elide a wrapper unless it
 	// called a panic function; within one pc the callee is inlined, so
@@ -446,7 +450,7 @@ func (t *GoTable) appendFrame(frames []Frame, f *goFunc, nameOff int32, funcID u
 		return append(frames, Frame{File: file, Line: line})
 	}
 	name := t.str(strKey{false, uint32(nameOff)}, t.funcnames, printName)
-	return append(frames, Frame{Function: name, File: file, Line: line})
+	return append(frames, Frame{Function: name, File: file, Line: line, StartLine: int(startLine)})
 }
 
 // str returns the string at k, decoded with conv once per table.
@@ -592,9 +596,10 @@ func printName(name string) string {
 
 // inlinedCall is one entry of a function's inline tree.
 type inlinedCall struct {
-	funcID   uint8
-	nameOff  int32 // into funcnametab
-	parentPC int32 // offset from the function's entry of an instruction at the call site
+	funcID    uint8
+	nameOff   int32 // into funcnametab
+	parentPC  int32 // offset from the function's entry of an instruction at the call site
+	startLine int32 // of the inlined function; ver120, 0 before
 }
 
 // inlinedCall returns entry idx of f's inline tree (runtime.inlinedCall).
@@ -626,7 +631,8 @@ func (t *GoTable) inlinedCall(f *goFunc, idx int32) (inlinedCall, bool) {
 		if b == nil {
 			return inlinedCall{}, false
 		}
-		return inlinedCall{funcID: b[0], nameOff: int32(t.order.Uint32(b[4:])), parentPC: int32(t.order.Uint32(b[8:]))}, true
+		return inlinedCall{funcID: b[0], nameOff: int32(t.order.Uint32(b[4:])), parentPC: int32(t.order.Uint32(b[8:])),
+			startLine: int32(t.order.Uint32(b[12:]))}, true
 	}
 	// {parent int16; funcID uint8; _ byte; file, line, func_, parentPc int32}
 	b := t.mem.bytes(tree+20*uint64(idx), 20)

@@ -15,6 +15,9 @@ type Frame struct {
 	Function string
 	File     string // empty when unknown
 	Line     int    // 0 when unknown
+	// StartLine is the line of the function's declaration, 0 when unknown;
+	// Go binaries record it since Go 1.20, and go build -pgo needs it.
+	StartLine int
 }
 
 // Table names the addresses of one binary.
