@@ -161,9 +161,6 @@ func (c *QueryConfig) Validate() error {
 		c.Diff = true
 	}
 	c.Diff = c.Diff || c.Normalize
-	if strings.HasSuffix(c.Output, ".pgo") {
-		return errors.New("cannot write a PGO profile from the store yet: it does not keep where functions start, which go build -pgo needs; use flint record -o default.pgo")
-	}
 	if c.Format == "" {
 		if c.Output == "-" {
 			c.Format = profile.FormatFolded
@@ -183,7 +180,7 @@ func parseQuery(args []string) (*QueryConfig, error) {
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
 	apiFlags(fs, &c.APIConfig)
 	for _, name := range []string{"o", "output"} {
-		fs.StringVar(&c.Output, name, c.Output, "output `file`; its extension picks the format (.svg .html .pb.gz .pprof .folded .json); - for stdout")
+		fs.StringVar(&c.Output, name, c.Output, "output `file`; its extension picks the format (.svg .html .pb.gz .pprof .pgo .folded .json); - for stdout")
 	}
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.Diff, "diff", false, "compare with the base range (default: the same length just before --from)")

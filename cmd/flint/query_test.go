@@ -50,7 +50,7 @@ func TestParseQueryCommands(t *testing.T) {
 			return q.Diff && q.BaseFrom == "now-1d" && q.Format == profile.FormatJSON
 		}},
 		{args: "query --normalize", check: func(c any) bool { return c.(*QueryConfig).Diff }},
-		{args: "query -o default.pgo", wantErr: "use flint record -o default.pgo"},
+		{args: "query -o default.pgo", check: func(c any) bool { return c.(*QueryConfig).Format == profile.FormatPprof }},
 		{args: "query --server node:7070/", check: func(c any) bool { return c.(*QueryConfig).Server == "http://node:7070" }},
 		{args: "query", env: map[string]string{"FLINT_SERVER": "https://n:1", "FLINT_TOKEN": "t"}, check: func(c any) bool {
 			q := c.(*QueryConfig)

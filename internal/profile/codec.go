@@ -22,9 +22,11 @@ import (
 
 // Format bytes: the first byte of each encoding. A decoder refuses other
 // values, so a format change gets a new byte rather than a silent misread.
+// Format 2 adds each frame's start line; decoders read format 1 as well
+// (start lines 0), which older agents wrote to spools and stores.
 const (
-	stackFormat   = 1
-	profileFormat = 1
+	stackFormat   = 2
+	profileFormat = 2
 )
 
 // ErrCorrupt reports bytes that are not a valid encoding.
@@ -66,6 +68,7 @@ func AppendStack(b []byte, stack []*Location) []byte {
 			b = appendString(b, f.Function)
 			b = appendString(b, f.File)
 			b = binary.AppendVarint(b, int64(f.Line))
+			b = binary.AppendVarint(b, int64(f.StartLine))
 		}
 	}
 	return b
@@ -75,8 +78,9 @@ func AppendStack(b []byte, stack []*Location) []byte {
 // own Location and Mapping.
 func DecodeStack(b []byte) ([]*Location, error) {
 	d := decoder{b: b}
-	if f := d.byte(); f != stackFormat {
-		return nil, d.fail(fmt.Errorf("%w: stack format %d, want %d", ErrCorrupt, f, stackFormat))
+	format := d.byte()
+	if format != 1 && format != stackFormat {
+		return nil, d.fail(fmt.Errorf("%w: stack format %d, want 1 to %d", ErrCorrupt, format, stackFormat))
 	}
 	// A location takes at least 3 bytes (address, flag, frame count).
 	n := d.count(3)
@@ -93,7 +97,11 @@ func DecodeStack(b []byte) ([]*Location, error) {
 		}
 		nf := d.count(3) // function, file, line: a byte each at least
 		for range nf {
-			l.Frames = append(l.Frames, symbol.Frame{Function: d.string(), File: d.string(), Line: d.int()})
+			f := symbol.Frame{Function: d.string(), File: d.string(), Line: d.int()}
+			if format > 1 {
+				f.StartLine = d.int()
+			}
+			l.Frames = append(l.Frames, f)
 		}
 		if d.err != nil {
 			return nil, d.err
@@ -172,6 +180,7 @@ func (p *Profile) MarshalBinary() ([]byte, error) {
 			b = binary.AppendUvarint(b, e.str(f.Function))
 			b = binary.AppendUvarint(b, e.str(f.File))
 			b = binary.AppendVarint(b, int64(f.Line))
+			b = binary.AppendVarint(b, int64(f.StartLine))
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.labelSetList)))
@@ -200,8 +209,9 @@ func (p *Profile) MarshalBinary() ([]byte, error) {
 // time zone, as time.Unix gives.
 func (p *Profile) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	if f := d.byte(); f != profileFormat {
-		return d.fail(fmt.Errorf("%w: profile format %d, want %d", ErrCorrupt, f, profileFormat))
+	format := d.byte()
+	if format != 1 && format != profileFormat {
+		return d.fail(fmt.Errorf("%w: profile format %d, want 1 to %d", ErrCorrupt, format, profileFormat))
 	}
 	sec := d.varint()
 	nsec := d.uvarint()
@@ -244,7 +254,11 @@ func (p *Profile) UnmarshalBinary(b []byte) error {
 		}
 		nf := d.count(3)
 		for range nf {
-			l.Frames = append(l.Frames, symbol.Frame{Function: str(), File: str(), Line: d.int()})
+			f := symbol.Frame{Function: str(), File: str(), Line: d.int()}
+			if format > 1 {
+				f.StartLine = d.int()
+			}
+			l.Frames = append(l.Frames, f)
 		}
 		if d.err != nil {
 			return d.err

@@ -16,9 +16,9 @@ import (
 func codecWindow() *Profile {
 	exe := &Mapping{Start: 0x400000, Limit: 0x800000, Offset: 0x1000, File: "/usr/bin/api", BuildID: "abc123"}
 	kernel := &Mapping{Start: 0xffffffff81000000, Limit: 0xffffffff82000000, File: "[kernel.kallsyms]", Kernel: true}
-	main := &Location{Address: 0x401000, Mapping: exe, Frames: []symbol.Frame{{Function: "main", File: "main.go", Line: 10}}}
+	main := &Location{Address: 0x401000, Mapping: exe, Frames: []symbol.Frame{{Function: "main", File: "main.go", Line: 10, StartLine: 8}}}
 	inl := &Location{Address: 0x402000, Mapping: exe, Frames: []symbol.Frame{
-		{Function: "inlined", File: "a.go", Line: 3}, {Function: "outer", File: "a.go", Line: -1}}}
+		{Function: "inlined", File: "a.go", Line: 3, StartLine: 2}, {Function: "outer", File: "a.go", Line: -1}}}
 	sys := &Location{Address: 0xffffffff81001234, Mapping: kernel, Frames: []symbol.Frame{{Function: "do_syscall_64"}}}
 	unknown := &Location{Address: 0x7, Frames: []symbol.Frame{{Function: "[unknown]"}}}
 	api := map[string]string{"comm": "api", "pid": "42", "pod": ""}
@@ -115,6 +115,25 @@ func TestStackRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeFormat1 decodes the encodings of the format before start lines,
+// as older agents left them in spools and stores: the frames decode with
+// start line 0.
+func TestDecodeFormat1(t *testing.T) {
+	want := []symbol.Frame{{Function: "f", File: "a.go", Line: 3}}
+	// One location at 0x10 without mapping, one frame f a.go:3.
+	stack, err := DecodeStack([]byte{1, 1, 0x10, noMapping, 1, 1, 'f', 4, 'a', '.', 'g', 'o', 6})
+	if err != nil || len(stack) != 1 || !reflect.DeepEqual(stack[0].Frames, want) {
+		t.Errorf("format 1 stack: %+v, %v; want one location of %+v", stack, err, want)
+	}
+	// Strings f and a.go, no mapping, that location, one empty label
+	// set, one sample of count 1.
+	var p Profile
+	err = p.UnmarshalBinary([]byte{1, 0, 0, 0, 0, 2, 1, 'f', 4, 'a', '.', 'g', 'o', 0, 1, 0x10, 0, 1, 0, 1, 6, 1, 0, 1, 2, 0, 1, 0})
+	if err != nil || len(p.Samples) != 1 || !reflect.DeepEqual(p.Samples[0].Stack[0].Frames, want) {
+		t.Errorf("format 1 window: %+v, %v; want one sample of %+v", p.Samples, err, want)
+	}
+}
+
 func TestDecodeCorrupt(t *testing.T) {
 	window, _ := codecWindow().MarshalBinary()
 	stack := AppendStack(nil, codecWindow().Samples[1].Stack)
@@ -130,7 +149,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"stack huge count", []byte{stackFormat, 0xff, 0xff, 0xff, 0xff, 0x0f}, true},
 		{"mapping flag", []byte{stackFormat, 1, 0, 7, 0}, true},
 		{"empty window", nil, false},
-		{"window format", []byte{2}, false},
+		{"window format", []byte{9}, false},
 		{"window truncated", window[:len(window)-1], false},
 		{"window trailing", append(window[:len(window):len(window)], 0), false},
 		{"nanoseconds", []byte{profileFormat, 0, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0, 0, 0, 0, 0, 0, 0}, false},

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,20 +89,53 @@ func TestFindingsRetention(t *testing.T) {
 	}
 }
 
-// TestMigrateFromVersion1 opens a store written by the flint before
-// findings: its windows stay, and findings can be written.
-func TestMigrateFromVersion1(t *testing.T) {
-	dir := storeEditedBy(t, `DROP TABLE findings`, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`)
-	s := openTest(t, dir, testOptions())
-	if n := count(t, s, "windows"); n != 1 {
-		t.Errorf("%d windows after migration, want 1", n)
+// TestMigrateFromOlderVersions opens stores written by earlier flints:
+// version 1 (before findings) and 2 (before functions' start lines). Their
+// windows stay, findings can be written, and start lines are kept.
+func TestMigrateFromOlderVersions(t *testing.T) {
+	dropStartLine := `ALTER TABLE functions DROP COLUMN start_line`
+	for _, tt := range []struct {
+		version string
+		edits   []string
+	}{
+		{"1", []string{`DROP TABLE findings`, dropStartLine, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`}},
+		{"2", []string{dropStartLine, `UPDATE meta SET value = '2' WHERE key = 'schema_version'`}},
+	} {
+		t.Run("version "+tt.version, func(t *testing.T) {
+			s := openTest(t, storeEditedBy(t, tt.edits...), testOptions())
+			if n := count(t, s, "windows"); n != 1 {
+				t.Errorf("%d windows after migration, want 1", n)
+			}
+			var v string
+			s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
+			if v != strconv.Itoa(schemaVersion) {
+				t.Errorf("schema version %q after migration, want %d", v, schemaVersion)
+			}
+			if err := s.WriteFindings(context.Background(), []Finding{finding(t0, "busy-poll", "api")}); err != nil {
+				t.Fatal(err)
+			}
+			checkStartLines(t, s)
+		})
 	}
-	var v string
-	s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
-	if v != "2" {
-		t.Errorf("schema version %q after migration, want 2", v)
+}
+
+// checkStartLines writes the handmade window and reads back the start line
+// of main.main.
+func checkStartLines(t *testing.T, s *SQLite) {
+	t.Helper()
+	at := t0.Add(time.Hour)
+	write(t, s, handmade(at))
+	p := query(t, s, Query{From: at, To: at.Add(time.Minute)})
+	for _, smp := range p.Samples {
+		for _, l := range smp.Stack {
+			for _, f := range l.Frames {
+				if f.Function == "main.main" && f.StartLine != 10 {
+					t.Fatalf("main.main read back with start line %d, want 10", f.StartLine)
+				} else if f.Function == "main.main" {
+					return
+				}
+			}
+		}
 	}
-	if err := s.WriteFindings(context.Background(), []Finding{finding(t0, "busy-poll", "api")}); err != nil {
-		t.Fatal(err)
-	}
+	t.Fatal("main.main not read back")
 }

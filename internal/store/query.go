@@ -303,7 +303,7 @@ type readCache struct {
 	mu        sync.Mutex
 	stacks    map[int64][]int64
 	locations map[int64]storedLoc
-	functions map[int64]symbol.Frame // Line unused
+	functions map[int64]symbol.Frame // Line unused; StartLine is the function's
 	mappings  map[int64]profile.Mapping
 }
 
@@ -434,10 +434,10 @@ func (s *SQLite) loadStacks(ctx context.Context, tx *sql.Tx, ids []int64) (map[i
 		}
 	}
 	c.mu.Unlock()
-	err = queryIn(ctx, tx, "SELECT id, name, file FROM functions WHERE id IN (%s)", missing(fns, fnIDs), func(rows *sql.Rows) error {
+	err = queryIn(ctx, tx, "SELECT id, name, file, start_line FROM functions WHERE id IN (%s)", missing(fns, fnIDs), func(rows *sql.Rows) error {
 		var id int64
 		var f symbol.Frame
-		if err := rows.Scan(&id, &f.Function, &f.File); err != nil {
+		if err := rows.Scan(&id, &f.Function, &f.File, &f.StartLine); err != nil {
 			return err
 		}
 		fns[id] = f

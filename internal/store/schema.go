@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version of the on-disk format this code writes and
 // reads; docs/STORE.md describes it. Bump it with every change to a table
 // or a blob encoding, and teach migrate the way up from the one before.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // schema creates the current version. Times are Unix nanoseconds, durations
 // nanoseconds; addresses are uint64s stored as their int64 bit pattern.
@@ -71,7 +71,8 @@ CREATE TABLE functions (
 	id   INTEGER PRIMARY KEY AUTOINCREMENT,
 	hash INTEGER NOT NULL,
 	name TEXT NOT NULL,
-	file TEXT NOT NULL
+	file TEXT NOT NULL,
+	start_line INTEGER NOT NULL DEFAULT 0 -- version 3
 );
 CREATE INDEX functions_hash ON functions (hash);
 
@@ -149,12 +150,23 @@ func migrate(ctx context.Context, db *sql.DB, path string) error {
 	case version == schemaVersion:
 		return nil
 	}
-	// Version 1: add the findings table.
-	if _, err := tx.ExecContext(ctx, findingsSchema); err != nil {
-		return fmt.Errorf("migrate schema 1 to 2: %w", err)
+	// Each step brings the schema from the version before.
+	for _, step := range []struct {
+		to  int
+		sql string
+	}{
+		{2, findingsSchema},
+		{3, `ALTER TABLE functions ADD COLUMN start_line INTEGER NOT NULL DEFAULT 0`},
+	} {
+		if version >= step.to {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, step.sql); err != nil {
+			return fmt.Errorf("migrate schema %d to %d: %w", step.to-1, step.to, err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'schema_version'`, strconv.Itoa(schemaVersion)); err != nil {
-		return fmt.Errorf("migrate schema 1 to 2: %w", err)
+		return fmt.Errorf("migrate schema %d to %d: %w", version, schemaVersion, err)
 	}
 	return tx.Commit()
 }

@@ -64,7 +64,7 @@ func query(t testing.TB, s Store, q Query) *profile.Profile {
 }
 
 // handmade returns a window with what the store must keep exactly: inlined
-// frames, kernel and unmapped locations, build IDs, empty label values, a
+// frames with their functions' start lines, kernel and unmapped locations, build IDs, empty label values, a
 // location without frames, an empty stack, duplicate samples and
 // addresses with the top bit set.
 func handmade(start time.Time) *profile.Profile {
@@ -73,11 +73,11 @@ func handmade(start time.Time) *profile.Profile {
 	kern := &profile.Mapping{File: "[kernel.kallsyms]", Kernel: true}
 	mod := &profile.Mapping{File: "[nvme]", Kernel: true}
 	inlined := &profile.Location{Address: 0x55d0c0001234, Mapping: exe, Frames: []symbol.Frame{
-		{Function: "strings.IndexByte", File: "/usr/local/go/src/strings/strings.go", Line: 115},
-		{Function: "net/http.parseHeader", File: "/usr/local/go/src/net/http/header.go", Line: 77},
-		{Function: "net/http.(*conn).readRequest", File: "/usr/local/go/src/net/http/server.go", Line: 1012},
+		{Function: "strings.IndexByte", File: "/usr/local/go/src/strings/strings.go", Line: 115, StartLine: 113},
+		{Function: "net/http.parseHeader", File: "/usr/local/go/src/net/http/header.go", Line: 77, StartLine: 60},
+		{Function: "net/http.(*conn).readRequest", File: "/usr/local/go/src/net/http/server.go", Line: 1012, StartLine: 990},
 	}}
-	main := &profile.Location{Address: 0x55d0c0000100, Mapping: exe2, Frames: []symbol.Frame{{Function: "main.main", File: "/src/main.go", Line: 12}}}
+	main := &profile.Location{Address: 0x55d0c0000100, Mapping: exe2, Frames: []symbol.Frame{{Function: "main.main", File: "/src/main.go", Line: 12, StartLine: 10}}}
 	sys := &profile.Location{Address: 0xffffffff8a201234, Mapping: kern, Frames: []symbol.Frame{{Function: "do_syscall_64"}}}
 	nvme := &profile.Location{Address: 0xffffffffc0a01000, Mapping: mod, Frames: []symbol.Frame{{Function: "nvme_queue_rq"}}}
 	unknown := &profile.Location{Address: 0x7ffd1234, Frames: []symbol.Frame{{Function: "[unknown]"}}}

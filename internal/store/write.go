@@ -122,8 +122,9 @@ type triple struct{ labels, stack, count int64 }
 var writerStatements = map[string]string{
 	"window":       `INSERT INTO windows (start, duration, period, samples) VALUES (?, ?, ?, ?)`,
 	"sample":       `INSERT INTO samples (start, window, labels, total, stacks) VALUES (?, ?, ?, ?, ?)`,
-	"func.find":    `SELECT id FROM functions WHERE hash = ? AND name = ? AND file = ?`,
-	"func.add":     `INSERT INTO functions (hash, name, file) VALUES (?, ?, ?)`,
+	"func.find":    `SELECT id, start_line FROM functions WHERE hash = ? AND name = ? AND file = ?`,
+	"func.add":     `INSERT INTO functions (hash, name, file, start_line) VALUES (?, ?, ?, ?)`,
+	"func.start":   `UPDATE functions SET start_line = ? WHERE id = ?`,
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 	"loc.find":     `SELECT id FROM locations WHERE hash = ? AND mapping = ? AND address = ? AND frames = coalesce(?, x'')`,
@@ -451,10 +452,11 @@ func (w *writer) function(ctx context.Context, f symbol.Frame) (int64, error) {
 	hk := appendString(appendString(nil, f.Function), f.File)
 	h := hash64(hk)
 	var e entry
-	err := w.st["func.find"].QueryRowContext(ctx, h, f.Function, f.File).Scan(&e.id)
+	var startLine int
+	err := w.st["func.find"].QueryRowContext(ctx, h, f.Function, f.File).Scan(&e.id, &startLine)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		res, err := w.st["func.add"].ExecContext(ctx, h, f.Function, f.File)
+		res, err := w.st["func.add"].ExecContext(ctx, h, f.Function, f.File, f.StartLine)
 		if err != nil {
 			return 0, fmt.Errorf("insert function: %w", err)
 		}
@@ -463,6 +465,11 @@ func (w *writer) function(ctx context.Context, f symbol.Frame) (int64, error) {
 		}
 	case err != nil:
 		return 0, fmt.Errorf("look up function: %w", err)
+	case startLine == 0 && f.StartLine != 0:
+		// Stored by a flint that did not keep start lines.
+		if _, err := w.st["func.start"].ExecContext(ctx, f.StartLine, e.id); err != nil {
+			return 0, fmt.Errorf("update function: %w", err)
+		}
 	}
 	remember(w, &w.funcs, k, e)
 	return e.id, nil
