@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,15 +10,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	pprofile "github.com/google/pprof/profile"
 )
 
-// TestRecordPGO records the PGO fixture with flint and builds it again
-// with that profile (go build -pgo): the compiler accepts the profile and
-// inlines the hot call it would not inline without one. Whether the PGO
-// build runs faster is measured by bench/pgo.sh, not here.
-func TestRecordPGO(t *testing.T) {
+// TestPGO builds the PGO fixture again with a profile flint took of it
+// (go build -pgo), from flint record and from the agent's store through the
+// API: the compiler accepts each and inlines the hot call it does not
+// inline without a profile. Whether the PGO build runs faster is measured
+// by bench/pgo.sh, not here.
+func TestPGO(t *testing.T) {
 	requireRoot(t)
 	flint, _ := build(t)
 	dir := t.TempDir()
@@ -30,12 +33,12 @@ func TestRecordPGO(t *testing.T) {
 		}
 		return string(out)
 	}
-	// The hot call site, in hot's loop.
 	hotCall := regexp.MustCompile(`(?m)^\S+main\.go:(\d+):\d+: inlining call to scramble$`)
 	if m := hotCall.FindString(goBuild("off")); m != "" {
 		t.Fatalf("scramble is inlined without a profile (%s): the fixture no longer tests PGO", m)
 	}
-
+	a := startAgent(t, flint, t.TempDir(), "--window", "1s", "--frequency", "499")
+	from := time.Now()
 	cmd := exec.Command(fixture, "spin", "1h")
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -45,35 +48,46 @@ func TestRecordPGO(t *testing.T) {
 	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
 		t.Fatalf("fixture said %q", line)
 	}
-	pgo := filepath.Join(dir, "default.pgo")
-	if out, err := exec.Command(flint, "record", "-p", strconv.Itoa(cmd.Process.Pid), "-d", "2s", "-F", "499", "-o", pgo).CombinedOutput(); err != nil {
+	pid := strconv.Itoa(cmd.Process.Pid)
+
+	recorded := filepath.Join(dir, "default.pgo")
+	if out, err := exec.Command(flint, "record", "-p", pid, "-d", "2s", "-F", "499", "-o", recorded).CombinedOutput(); err != nil {
 		t.Fatalf("flint record: %v\n%s", err, out)
 	}
-
-	// The profile names where each function starts, as Go's own do.
-	f, err := os.Open(pgo)
-	if err != nil {
+	waitMetric(t, a, "flint_windows_written_total", a.metric(t, "flint_windows_written_total")+2)
+	stored := filepath.Join(dir, "stored.pgo")
+	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"}, "selector": {`{pid="` + pid + `"}`}}
+	if err := os.WriteFile(stored, a.get(t, "/api/v1/profile", q), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	p, err := pprofile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts := map[string]int64{}
-	for _, fn := range p.Function {
-		starts[fn.Name] = fn.StartLine
-	}
-	for _, fn := range []string{"scramble", "hot"} {
-		if got, want := starts["main."+fn], sourceLine(t, "func "+fn+"("); got != int64(want) {
-			t.Errorf("main.%s starts at line %d in the profile, at %d in the source", fn, got, want)
-		}
-	}
 
-	built := goBuild(pgo)
 	want := strconv.Itoa(sourceLine(t, "\t\ts += scramble("))
-	if m := hotCall.FindStringSubmatch(built); m == nil || m[1] != want {
-		t.Errorf("go build -pgo with flint's profile: want scramble inlined at main.go:%s, the hot call; -m said:\n%s", want, built)
+	for _, pgo := range []string{recorded, stored} {
+		t.Run(filepath.Base(pgo), func(t *testing.T) {
+			// The profile names where each function starts, as Go's own do.
+			f, err := os.Open(pgo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			p, err := pprofile.Parse(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			starts := map[string]int64{}
+			for _, fn := range p.Function {
+				starts[fn.Name] = fn.StartLine
+			}
+			for _, fn := range []string{"scramble", "hot"} {
+				if got, want := starts["main."+fn], sourceLine(t, "func "+fn+"("); got != int64(want) {
+					t.Errorf("main.%s starts at line %d in the profile, at %d in the source", fn, got, want)
+				}
+			}
+			built := goBuild(pgo)
+			if m := hotCall.FindStringSubmatch(built); m == nil || m[1] != want {
+				t.Errorf("go build -pgo: want scramble inlined at main.go:%s, the hot call; -m said:\n%s", want, built)
+			}
+		})
 	}
 }
 
