@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"net/url"
 	"os"
 	"os/exec"
@@ -39,16 +38,7 @@ func TestPGO(t *testing.T) {
 	}
 	a := startAgent(t, flint, t.TempDir(), "--window", "1s", "--frequency", "499")
 	from := time.Now()
-	cmd := exec.Command(fixture, "spin", "1h")
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("fixture said %q", line)
-	}
-	pid := strconv.Itoa(cmd.Process.Pid)
+	pid := strconv.Itoa(startFixture(t, fixture, "spin", "1h"))
 
 	recorded := filepath.Join(dir, "default.pgo")
 	if out, err := exec.Command(flint, "record", "-p", pid, "-d", "2s", "-F", "499", "-o", recorded).CombinedOutput(); err != nil {

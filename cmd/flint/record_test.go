@@ -114,7 +114,14 @@ func startSpin(t *testing.T, spin string) int {
 	t.Helper()
 	// It spins until the test ends: on a loaded machine a test may take
 	// minutes, and a fixture that exits first fails it.
-	cmd := exec.Command(spin, "3600")
+	return startFixture(t, spin, "3600")
+}
+
+// startFixture starts a fixture, killed when the test ends, and returns
+// its PID once it says "ready".
+func startFixture(t *testing.T, path string, args ...string) int {
+	t.Helper()
+	cmd := exec.Command(path, args...)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -142,32 +142,29 @@ func runFixture(t *testing.T, bin string) (anchor uint64, stacks [][]runtimeFram
 // markLine returns the line of the fixture source that holds "mark:"+name.
 func markLine(t *testing.T, name string) int {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", "gofixture", "main.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range strings.Split(string(src), "\n") {
-		if strings.HasSuffix(l, "mark:"+name) {
-			return i + 1
-		}
-	}
-	t.Fatalf("no mark %q in fixture", name)
-	return 0
+	return fixtureLine(t, "mark:"+name, func(l string) bool { return strings.HasSuffix(l, "mark:"+name) })
 }
 
 // declLine returns the line of the fixture's source that starts with decl.
 func declLine(t *testing.T, decl string) int {
+	t.Helper()
+	return fixtureLine(t, decl, func(l string) bool { return strings.HasPrefix(l, decl) })
+}
+
+// fixtureLine returns the first line of the fixture's source that match
+// accepts.
+func fixtureLine(t *testing.T, what string, match func(line string) bool) int {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("testdata", "gofixture", "main.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, l := range strings.Split(string(src), "\n") {
-		if strings.HasPrefix(l, decl) {
+		if match(l) {
 			return i + 1
 		}
 	}
-	t.Fatalf("no %q in fixture", decl)
+	t.Fatalf("no %q in fixture", what)
 	return 0
 }
 
