@@ -664,7 +664,7 @@ func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, 
 		stored *bool
 	}{{"samples", &st.samples}, {"totals", &st.totals}} {
 		q := fmt.Sprintf("SELECT count() FROM %s WHERE day = %s AND start = %d AND labels IN (%s)", t.table, dateLit(day), start, strings.Join(hs, ","))
-		err := c.hosts[0].query(ctx, q, nil, func(r *rowReader) error {
+		err := c.queryRows(ctx, q, func(r *rowReader) error {
 			*t.stored = r.uint64() > 0
 			return nil
 		})
@@ -711,9 +711,9 @@ func (c *ClickHouse) writeFindings(ctx context.Context, fs []Finding, resend boo
 		q := fmt.Sprintf("SELECT count() FROM findings WHERE day = %s AND start = %d AND node = %s AND detector = %s AND body = %s",
 			dateLit(dayOf(f.Start)), f.Start.UnixNano(), quote(f.Labels[profile.LabelNode]), quote(f.Detector), quote(string(f.Body)))
 		var n uint64
-		// The body is in the query: let it be longer than the default
-		// 256 KiB limit.
-		err := c.hosts[0].query(ctx, q, url.Values{"max_query_size": {strconv.Itoa(len(q) + 1024)}}, func(r *rowReader) error {
+		// The body is in the query, which queryRows lets be longer than
+		// ClickHouse's default limit.
+		err := c.queryRows(ctx, q, func(r *rowReader) error {
 			n = r.uint64()
 			return nil
 		})

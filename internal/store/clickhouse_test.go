@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/store/chtest"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // chExec runs a statement on the shared server, behind the store's back.
@@ -260,6 +262,34 @@ func TestClickHouseResend(t *testing.T) {
 	}
 	if want := w0.Total() + w1.Total(); total != want {
 		t.Errorf("series after resending the totals: %d samples, want %d", total, want)
+	}
+}
+
+// TestClickHouseResendLarge resends a window of 15,000 label sets and a
+// finding of 300 KB: the checks for an earlier write name them all in
+// queries longer than ClickHouse's default limit of 256 KiB, and each is
+// stored once.
+func TestClickHouseResendLarge(t *testing.T) {
+	ctx := context.Background()
+	s := openClickHouse(t, newDatabase(t), testOptions())
+	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+	p := &profile.Profile{Start: t0, Duration: 10 * time.Second, Period: time.Second / 99}
+	for i := range 15000 {
+		p.Samples = append(p.Samples, &profile.Sample{Stack: []*profile.Location{loc}, Count: 1,
+			Labels: map[string]string{"pid": strconv.Itoa(i), "node": "n1"}})
+	}
+	f := finding(t0, "busy-poll", "api")
+	f.Body = []byte(`{"evidence":"` + strings.Repeat("x", 300<<10) + `"}`)
+	for range 2 {
+		if err := s.WriteWindow(ctx, p, []Finding{f}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := chCount(t, s, "samples"); n != 15000 {
+		t.Errorf("%d sample rows, want 15000", n)
+	}
+	if n := chCount(t, s, "findings"); n != 1 {
+		t.Errorf("%d findings, want 1", n)
 	}
 }
 
