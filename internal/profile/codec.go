@@ -429,17 +429,10 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
+// varint reads a zigzag-encoded varint, as binary.AppendVarint writes.
 func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.off:])
-	if n <= 0 {
-		d.corrupt("bad varint")
-		return 0
-	}
-	d.off += n
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 // int reads a varint that must fit an int (a line number).
