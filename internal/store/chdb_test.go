@@ -16,8 +16,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/flint-dev/flint/internal/profile"
 )
 
 // TestChdb replays every statement the ClickHouse store sends, on a real
@@ -38,14 +36,7 @@ func TestChdb(t *testing.T) {
 
 	// A workload that makes the store send each kind of statement.
 	wl := newWorkload(t0)
-	var ps []*profile.Profile
-	for i := range 12 {
-		p := wl.window(i)
-		if i == 5 {
-			p = handmade(p.Start)
-		}
-		ps = append(ps, p)
-	}
+	ps := mixedWindows(wl, 12)
 	old := wl.window(0)
 	old.Start = t0.Add(-5 * 24 * time.Hour)
 	ps = append(ps, old)

@@ -98,17 +98,21 @@ func handmade(start time.Time) *profile.Profile {
 	}}
 }
 
+// mixedWindows returns wl's first n windows with the sixth replaced by the
+// handmade one, so that a test sees both kinds.
+func mixedWindows(wl *workload, n int) []*profile.Profile {
+	ps := make([]*profile.Profile, n)
+	for i := range ps {
+		ps[i] = wl.window(i)
+	}
+	ps[5] = handmade(ps[5].Start)
+	return ps
+}
+
 func TestRoundTrip(t *testing.T) {
 	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
 		wl := newWorkload(t0)
-		var ps []*profile.Profile
-		for i := range 30 {
-			p := wl.window(i)
-			if i == 5 {
-				p = handmade(p.Start)
-			}
-			ps = append(ps, p)
-		}
+		ps := mixedWindows(wl, 30)
 		write(t, s, ps...)
 		tests := []struct {
 			name     string
