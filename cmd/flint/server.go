@@ -98,7 +98,7 @@ type storeOpener func(ctx context.Context, url string) (store.Store, error)
 // number may run.
 func openStore(ctx context.Context, dsn string) (store.Store, error) {
 	o := store.DefaultOptions()
-	o.Retention, o.CompactInterval, o.ReadOnly = 0, 0, true
+	o.ReadOnly = true
 	return store.OpenClickHouse(ctx, dsn, o)
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,7 +80,7 @@ func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, er
 			return nil, fmt.Errorf("open clickhouse store at %s: %w", d.hosts[i], err)
 		}
 	}
-	if o.CompactInterval > 0 {
+	if o.CompactInterval > 0 && !o.ReadOnly {
 		var bg context.Context
 		bg, c.stop = context.WithCancel(context.Background())
 		go c.compactLoop(bg, o.CompactInterval)
@@ -320,7 +321,7 @@ func (c *ClickHouse) compactLoop(ctx context.Context, every time.Duration) {
 // background goroutine OpenClickHouse starts calls it every
 // Options.CompactInterval.
 func (c *ClickHouse) Compact(ctx context.Context) error {
-	if c.opts.Retention <= 0 {
+	if c.opts.Retention <= 0 || c.opts.ReadOnly {
 		return nil
 	}
 	// Day d ends at (d+1)·24h; drop it when that is before now − Retention.
@@ -351,7 +352,7 @@ func (c *ClickHouse) dropBefore(ctx context.Context, h *chClient, cutoff uint16)
 	}
 	var parts []part
 	err := h.query(ctx, "SELECT DISTINCT table, min_date FROM system.parts WHERE active AND database = "+quote(h.database)+
-		" AND table IN ("+strings.Join(quoteAll(tables), ",")+") AND min_date < "+dateLit(cutoff), nil,
+		" AND table IN ("+quoteJoin(tables)+") AND min_date < "+dateLit(cutoff), nil,
 		func(r *rowReader) error {
 			p := part{table: r.string()}
 			if b := r.take(2); b != nil {
@@ -370,14 +371,6 @@ func (c *ClickHouse) dropBefore(ctx context.Context, h *chClient, cutoff uint16)
 		}
 	}
 	return nil
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = quote(s)
-	}
-	return out
 }
 
 // dayOf is t's UTC day as a ClickHouse Date: days since 1970-01-01.
@@ -430,13 +423,6 @@ func (d *daySeen) reset(day uint16) {
 		d.labels = map[uint64]struct{}{}
 		d.stacks = map[uint64]struct{}{}
 	}
-}
-
-func addSeen(m map[uint64]struct{}, h uint64) {
-	if len(m) >= maxSeen {
-		clear(m)
-	}
-	m[h] = struct{}{}
 }
 
 // Write stores one window; see WriteWindow.
@@ -527,7 +513,7 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		buf, names = appendLabels(buf[:0], s.Labels, names)
 		lh := uint64(hash64(buf))
 		n := s.Labels[profile.LabelNode]
-		if i == 0 {
+		if node == "" {
 			node = n
 		}
 		if _, ok := c.seen.labels[lh]; !ok && !newLabels[lh] {
@@ -577,9 +563,9 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 	// In the table's order: the server sorts less.
 	slices.SortFunc(rows, func(a, b sampleRow) int {
 		if a.labels != b.labels {
-			return cmpUint(a.labels, b.labels)
+			return cmp.Compare(a.labels, b.labels)
 		}
-		return cmpUint(a.stack, b.stack)
+		return cmp.Compare(a.stack, b.stack)
 	})
 	var samples, totals rowWriter
 	var labelTotal int64
@@ -626,22 +612,12 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		}
 	}
 	for lh := range newLabels {
-		addSeen(c.seen.labels, lh)
+		putBounded(c.seen.labels, maxSeen, lh, struct{}{})
 	}
 	for sh := range newStacks {
-		addSeen(c.seen.stacks, sh)
+		putBounded(c.seen.stacks, maxSeen, sh, struct{}{})
 	}
 	return nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // windowState is what an earlier attempt stored of a window.

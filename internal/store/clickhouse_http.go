@@ -371,10 +371,7 @@ func (w *rowWriter) uint32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.
 // date appends a Date: days since 1970-01-01 as a UInt16.
 func (w *rowWriter) date(d uint16) { w.b = binary.LittleEndian.AppendUint16(w.b, d) }
 
-func (w *rowWriter) string(s string) {
-	w.b = binary.AppendUvarint(w.b, uint64(len(s)))
-	w.b = append(w.b, s...)
-}
+func (w *rowWriter) string(s string) { w.b = appendString(w.b, s) }
 
 func (w *rowWriter) strings(ss []string) {
 	w.b = binary.AppendUvarint(w.b, uint64(len(ss)))
@@ -405,11 +402,12 @@ func quote(s string) string {
 	return string(append(b, '\''))
 }
 
-// quoteList makes ss a ClickHouse array literal of strings.
-func quoteList(ss []string) string {
+// quoteJoin quotes each of ss and joins them with commas: the inside of
+// an IN list or an array literal.
+func quoteJoin(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
 		q[i] = quote(s)
 	}
-	return "[" + strings.Join(q, ",") + "]"
+	return strings.Join(q, ",")
 }

@@ -130,7 +130,7 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 			vals[i] = "values[indexOf(names, " + quote(k) + ")]"
 		}
 		present := "[" + strings.Join(has, ", ") + "]"
-		kn = "arrayFilter((k, p) -> p, " + quoteList(q.KeepLabels) + ", " + present + ")"
+		kn = "arrayFilter((k, p) -> p, " + "[" + quoteJoin(q.KeepLabels) + "]" + ", " + present + ")"
 		kv = "arrayFilter((v, p) -> p, [" + strings.Join(vals, ", ") + "], " + present + ")"
 	}
 	limit := ""
@@ -229,7 +229,7 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, fmt.Errorf("read stacks: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmpUint(a.stack, b.stack) })
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.stack, b.stack) })
 	p.Samples = make([]*profile.Sample, len(rows))
 	for i, r := range rows {
 		s, ok := stacks[r.stack]

@@ -166,9 +166,13 @@ func TestClickHouseReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := "user=" + chtest.Reader + "&password=" + chtest.Password
-	ro := testOptions()
+	ro := DefaultOptions() // retention on, as agents have it
 	ro.ReadOnly = true
 	r := openClickHouse(t, written+"?"+reader, ro)
+	r.now = func() time.Time { return t0.Add(30 * 24 * time.Hour) }
+	if err := r.Compact(ctx); err != nil {
+		t.Errorf("compact as a reader: %v; want nothing to do", err)
+	}
 	p, err := r.Profile(ctx, Query{From: t0, To: t0.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +294,21 @@ func TestClickHouseResendLarge(t *testing.T) {
 	}
 	if n := chCount(t, s, "findings"); n != 1 {
 		t.Errorf("%d findings, want 1", n)
+	}
+}
+
+// TestClickHouseWindowNode checks that a window's row names its node when
+// its first sample is one the store skips (count 0).
+func TestClickHouseWindowNode(t *testing.T) {
+	s := openClickHouse(t, newDatabase(t), testOptions())
+	loc := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "f"}}}
+	labels := map[string]string{"node": "n1", "comm": "api"}
+	write(t, s, &profile.Profile{Start: t0, Duration: 10 * time.Second, Period: time.Second / 99, Samples: []*profile.Sample{
+		{Stack: []*profile.Location{loc}, Count: 0, Labels: labels},
+		{Stack: []*profile.Location{loc}, Count: 3, Labels: labels},
+	}})
+	if n := chCount(t, s, "windows WHERE node = 'n1'"); n != 1 {
+		t.Errorf("%d windows of node n1, want 1", n)
 	}
 }
 

@@ -57,9 +57,10 @@ type Options struct {
 	// private, a corrupt database moved aside. Nil discards them.
 	Logf func(format string, args ...any)
 	// ReadOnly, for ClickHouse only, opens an existing schema for queries:
-	// it is checked, never created or changed, so a user that may only
-	// read (and set query settings: readonly=2) suffices. flint server
-	// opens its store so; the agents create the schema.
+	// it is checked, never created or changed, and Compact drops nothing,
+	// so a user that may only read (and set query settings: readonly=2)
+	// suffices. flint server opens its store so; the agents create the
+	// schema and apply retention.
 	ReadOnly bool
 }
 
