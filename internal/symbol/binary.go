@@ -23,7 +23,10 @@ type Binary struct {
 
 // segment is a PT_LOAD program header: file bytes [off, off+size) are
 // mapped at virtual address vaddr.
-type segment struct{ off, vaddr, size uint64 }
+type segment struct {
+	off, vaddr, size uint64
+	exec             bool
+}
 
 // OpenBinary parses the ELF file r. The tables may read r lazily, so r must
 // stay open as long as the Binary is used.
@@ -35,7 +38,7 @@ func OpenBinary(r io.ReaderAt) (*Binary, error) {
 	b := &Binary{BuildID: BuildID(f)}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
-			b.segments = append(b.segments, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz})
+			b.segments = append(b.segments, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz, exec: p.Flags&elf.PF_X != 0})
 		}
 	}
 	// A damaged pclntab (an error other than ErrNotGo) leaves the ELF
@@ -63,14 +66,22 @@ func (b *Binary) Addr(fileOffset uint64) (uint64, bool) {
 
 // bias returns how far a mapping of file bytes [off, off+size) was loaded
 // from where the binary was linked: the mapping's start minus the virtual
-// address of its first byte.
+// address its first byte has in the segment it maps. A page may hold the
+// end of one segment and the start of the next (lld packs them), so the
+// executable segment the mapping overlaps is the one, as Addr finds for
+// any address of code.
 func (b *Binary) bias(start, off, size uint64) (uint64, bool) {
-	for _, s := range b.segments {
-		if off < s.off+s.size && s.off < off+size {
-			return start - (s.vaddr + off - s.off), true
+	var found *segment
+	for i := range b.segments {
+		s := &b.segments[i]
+		if off < s.off+s.size && s.off < off+size && (found == nil || s.exec && !found.exec) {
+			found = s
 		}
 	}
-	return 0, false
+	if found == nil {
+		return 0, false
+	}
+	return start - (found.vaddr + off - found.off), true
 }
 
 // Lookup names the virtual address addr; nil when no table covers it.
