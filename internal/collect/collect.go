@@ -451,7 +451,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 			b.c.sym.Learn(fresh)
 			b.c.mu.Lock()
 			b.c.countFiles(p.Mappings, -1)
-			p.Mappings = fresh.Mappings
+			// JIT code may be what is new; Read learns the namespace
+			// PID that names its map only once there is some.
+			p.Mappings, p.NSPID = fresh.Mappings, fresh.NSPID
 			b.c.countFiles(p.Mappings, 1)
 			b.c.mu.Unlock()
 			frames, m = b.c.sym.User(p, addr, isReturn)

@@ -62,6 +62,16 @@ type file struct {
 	parsed  bool
 	buildID *string // read on its own when asked before the tables
 	used    uint64  // last Trim round that named an address in it
+	opened  uint64  // the Trim round of the attempt to open it
+}
+
+// reopen reports whether file f should be opened (again): it is unknown,
+// or opening it failed in an earlier round, most likely because the process
+// it was opened through had exited; a live process of the binary may open
+// it now. Within a round a failure stands, so a binary that cannot be
+// opened costs one attempt a window, not one a sample. Callers hold s.mu.
+func (s *Symbolizer) reopen(f *file) bool {
+	return f == nil || f.handle == nil && f.opened < s.round
 }
 
 type nameKey struct {
@@ -91,7 +101,7 @@ func (s *Symbolizer) Learn(p *proc.Process) {
 			continue
 		}
 		s.mu.Lock()
-		_, known := s.files[m.Key()]
+		known := !s.reopen(s.files[m.Key()])
 		skip := !known && (opened >= maxLearn || s.held >= maxHeld)
 		if skip {
 			s.stats.FilesNotHeld++
@@ -104,8 +114,8 @@ func (s *Symbolizer) Learn(p *proc.Process) {
 		f := &file{path: m.Path}
 		f.handle, f.err = proc.Open(p.PID, m)
 		s.mu.Lock()
-		if _, known := s.files[m.Key()]; !known {
-			f.used = s.round
+		if s.reopen(s.files[m.Key()]) {
+			f.used, f.opened = s.round, s.round
 			s.add(m.Key(), f)
 		} else if f.handle != nil {
 			f.handle.Close()
@@ -158,8 +168,8 @@ func (s *Symbolizer) User(p *proc.Process, addr uint64, isReturn bool) ([]Frame,
 	defer s.mu.Unlock()
 	switch {
 	case m.Path == "[vdso]":
-		return s.named(nameKey{file: proc.FileKey{Inode: ^uint64(0)}, addr: lookup - m.Start}, func() []Frame {
-			return s.lookupVDSO(lookup - m.Start)
+		return s.named(nameKey{file: proc.FileKey{Inode: ^uint64(0)}, addr: lookup - m.Start}, func() ([]Frame, bool) {
+			return s.lookupVDSO(lookup - m.Start), true
 		}), m
 	case m.Inode == 0:
 		// Anonymous executable memory: JIT code, named by the perf map
@@ -173,41 +183,49 @@ func (s *Symbolizer) User(p *proc.Process, addr uint64, isReturn bool) ([]Frame,
 	if f := s.files[m.Key()]; f != nil {
 		f.used = s.round // a cached name keeps its file too
 	}
-	return s.named(nameKey{file: m.Key(), addr: fileOffset}, func() []Frame {
+	return s.named(nameKey{file: m.Key(), addr: fileOffset}, func() ([]Frame, bool) {
 		return s.lookupFile(p, m, fileOffset)
 	}), m
 }
 
 var unknown = []Frame{{Function: "[unknown]"}}
 
-func (s *Symbolizer) named(k nameKey, lookup func() []Frame) []Frame {
+// named returns the frames at k, from the cache or from lookup, which
+// says whether its answer may be cached.
+func (s *Symbolizer) named(k nameKey, lookup func() ([]Frame, bool)) []Frame {
 	if frames, ok := s.names[k]; ok {
 		s.stats.CacheHits++
 		return frames
 	}
 	s.stats.CacheMisses++
-	frames := lookup()
-	s.names[k] = frames
+	frames, cache := lookup()
+	if cache {
+		s.names[k] = frames
+	}
 	return frames
 }
 
-func (s *Symbolizer) lookupFile(p *proc.Process, m *proc.Mapping, fileOffset uint64) []Frame {
-	if s.files[m.Key()] == nil {
-		// Mapped after the process was first seen (dlopen): open it now.
-		f := &file{path: m.Path}
+// lookupFile names an address of m's file; the answer may be cached unless
+// the file could not be opened (another process may open it later).
+func (s *Symbolizer) lookupFile(p *proc.Process, m *proc.Mapping, fileOffset uint64) ([]Frame, bool) {
+	if s.reopen(s.files[m.Key()]) {
+		// Mapped after the process was first seen (dlopen), or its
+		// earlier open failed: open it now.
+		f := &file{path: m.Path, used: s.round, opened: s.round}
 		f.handle, f.err = proc.Open(p.PID, m)
 		s.add(m.Key(), f)
 	}
+	cache := s.files[m.Key()].handle != nil
 	addr := fileOffset
 	if bin := s.binary(m.Key()); bin != nil {
 		if a, ok := bin.Addr(fileOffset); ok {
 			addr = a
 			if frames := bin.Lookup(a); frames != nil {
-				return frames
+				return frames, cache
 			}
 		}
 	}
-	return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), addr)}}
+	return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), addr)}}, cache
 }
 
 // binary returns the parsed binary of a learned file, parsing it on first

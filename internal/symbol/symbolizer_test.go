@@ -2,6 +2,7 @@ package symbol
 
 import (
 	"os"
+	"os/exec"
 	"reflect"
 	"runtime"
 	"strings"
@@ -85,5 +86,33 @@ func TestSymbolizerUnknownAddress(t *testing.T) {
 	frames, m := s.User(p, 0x1234, false)
 	if m != nil || len(frames) != 1 || frames[0].Function != "[unknown]" {
 		t.Errorf("User(unmapped) = %+v, %+v", frames, m)
+	}
+}
+
+// TestSymbolizerRetriesFileOfExitedProcess names an address of this binary
+// first through a process that has exited, so the file cannot be opened:
+// that name is not kept, and once a window has passed a live process of
+// the binary opens it and gets the real name.
+func TestSymbolizerRetriesFileOfExitedProcess(t *testing.T) {
+	own, err := proc.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := exec.Command("true")
+	if err := exited.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := *own
+	gone.PID = exited.Process.Pid
+	s := New()
+	defer s.Close()
+	pc, want := ownPC()
+	if frames, _ := s.User(&gone, pc, false); frames[len(frames)-1].Function == want {
+		t.Fatalf("named %s through an exited process: the test no longer fails an open", want)
+	}
+	s.Learn(own) // within the window the failure stands: no second open
+	s.Trim(nil)
+	if frames, _ := s.User(own, pc, false); frames[len(frames)-1].Function != want {
+		t.Errorf("a live process of the binary, a window later: %+v, want %s", frames, want)
 	}
 }
