@@ -250,14 +250,14 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	var bytes, diskRows uint64
+	var bytes, diskRows, samplesBytes uint64
 	sizes := func() error {
 		bytes = 0
 		return s.queryRows(ctx, "SELECT table, sum(bytes_on_disk), sum(rows) FROM system.parts WHERE active AND database = 'flint' GROUP BY table", func(r *rowReader) error {
 			t, by, n := r.string(), r.uint64(), r.uint64()
 			bytes += by
 			if t == "samples" {
-				diskRows = n
+				diskRows, samplesBytes = n, by
 			}
 			b.Logf("  %s: %d rows, %d bytes", t, n, by)
 			return nil
@@ -319,8 +319,8 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	if want := uint64(copies) * uint64(samples[0]+samples[1]); total != want {
 		return fmt.Errorf("%d samples after copying, want %d", total, want)
 	}
-	b.Logf("copied to %d nodes in %s: %d sample rows, %d bytes on disk, %.2f bytes per row",
-		nodes*copies, time.Since(begin).Round(time.Millisecond), diskRows, bytes, float64(bytes)/float64(diskRows))
+	b.Logf("copied to %d nodes in %s: %d samples in %d sample rows; %d bytes on disk, %.2f per sample; the samples table %.2f bytes per row",
+		nodes*copies, time.Since(begin).Round(time.Millisecond), total, diskRows, bytes, float64(bytes)/float64(total), float64(samplesBytes)/float64(diskRows))
 	return nil
 }
 

@@ -353,7 +353,7 @@ func (c *ClickHouse) labelStrings(ctx context.Context, what string, from, to tim
 		return nil, err
 	}
 	sql := "SELECT DISTINCT " + expr + " AS s FROM labelsets WHERE " + chDays(from, to) + " AND " + cond +
-		" AND hash IN (SELECT labels FROM samples WHERE " + chRange(from, to) + ") ORDER BY s"
+		" AND hash IN (SELECT labels FROM totals WHERE " + chRange(from, to) + ") ORDER BY s"
 	out := []string{}
 	err := c.queryRows(ctx, sql, func(r *rowReader) error {
 		out = append(out, r.string())
