@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/flint-dev/flint/internal/kube"
 	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/tracefs"
 )
 
@@ -60,24 +60,11 @@ func (c *AgentConfig) Validate() error {
 	case c.SpoolMax < 1<<20:
 		return fmt.Errorf("--spool-max %d: below 1MB leaves no room for a window", c.SpoolMax)
 	}
-	return checkStoreURL(c.Store)
-}
-
-// checkStoreURL checks the form of --store; the store checks the rest
-// (database name, parameters, credentials) when the agent opens it.
-// Errors never quote the URL: it may hold a password.
-func checkStoreURL(s string) error {
-	if s == "" {
+	if c.Store == "" {
 		return nil
 	}
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		return errors.New("--store: not a URL; want clickhouse://host:8123/database")
-	case u.Scheme != "clickhouse":
-		return fmt.Errorf("--store: unknown scheme %q; want clickhouse://host:8123/database", u.Scheme)
-	case u.Host == "":
-		return errors.New("--store: no host; want clickhouse://host:8123/database")
+	if err := store.CheckURL(c.Store); err != nil {
+		return fmt.Errorf("--store: %w", err)
 	}
 	return nil
 }

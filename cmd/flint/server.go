@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,9 +43,8 @@ func (c *ServerConfig) Validate() error {
 	if c.Store == "" {
 		return errors.New("--store is required, such as clickhouse://ch.internal:8123/flint (or set $FLINT_STORE)")
 	}
-	// url.Parse's errors quote the URL, password included.
-	if u, err := url.Parse(c.Store); err != nil || u.Scheme != "clickhouse" || u.Host == "" {
-		return errors.New("--store: want a clickhouse:// URL, such as clickhouse://ch.internal:8123/flint")
+	if err := store.CheckURL(c.Store); err != nil {
+		return fmt.Errorf("--store: %w", err)
 	}
 	if c.Listen.Addr == "" {
 		return errors.New("--listen is empty: flint server only serves the API")
@@ -134,25 +132,11 @@ func serve(ctx context.Context, c *ServerConfig, open storeOpener, logf func(str
 	if err != nil {
 		return err
 	}
-	logf("serving the API and web UI on %s over %s", api.URL(), redacted(c.Store))
+	logf("serving the API and web UI on %s over %s", api.URL(), store.URLName(c.Store))
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	api.Shutdown(shutdown)
 	logf("server stopped")
 	return nil
-}
-
-// redacted is a store URL fit for a log: without its password, whether
-// in the user information or a parameter.
-func redacted(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "the store"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
 }

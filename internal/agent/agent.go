@@ -196,7 +196,7 @@ func Run(ctx context.Context, o Options) error {
 	a.self = a.ownLabels()
 	where := o.DataDir
 	if o.Store != "" {
-		where = fmt.Sprintf("%s through the spool in %s", storeName(o.Store), filepath.Join(o.DataDir, "spool"))
+		where = fmt.Sprintf("%s through the spool in %s", store.URLName(o.Store), filepath.Join(o.DataDir, "spool"))
 	}
 	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, where)
 

@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -92,16 +90,6 @@ func (r *remoteStore) connect(ctx context.Context) (spool.Sink, error) {
 	}
 	r.ch.Store(c)
 	return c, nil
-}
-
-// storeName names a store URL for logs: scheme, host and database, never
-// the credentials.
-func storeName(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "the store"
-	}
-	return fmt.Sprintf("%s://%s%s", u.Scheme, u.Host, u.Path)
 }
 
 func (r *remoteStore) open() (*store.ClickHouse, error) {

@@ -62,6 +62,9 @@ var minVersion = [2]int{18, 16}
 // that is not flint's.
 func OpenClickHouse(ctx context.Context, dsn string, o Options) (*ClickHouse, error) {
 	d, err := parseDSN(dsn)
+	if err == nil {
+		err = d.readPasswordFile()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse store: %w", err)
 	}

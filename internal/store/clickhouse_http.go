@@ -66,22 +66,32 @@ type chDSN struct {
 	secure   bool
 	timeout  time.Duration
 	cluster  string // remote_servers cluster of the Distributed tables; "" for none
+
+	passwordFile string
+}
+
+// CheckURL checks the form of a clickhouse:// store URL without reading
+// its password file or connecting: for command-line flags.
+func CheckURL(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
 }
 
 // parseDSN reads clickhouse://host:8123[,host2:8123…]/database?user=U&
-// password=P&password_file=F&secure=1&timeout=10s&cluster=C.
+// password=P&password_file=F&secure=1&timeout=10s&cluster=C; the password
+// file is read by readPasswordFile, at open.
 func parseDSN(dsn string) (chDSN, error) {
 	d := chDSN{database: "flint", user: "default", timeout: 30 * time.Second}
 	u, err := url.Parse(dsn)
 	if err != nil {
 		// url.Parse quotes the whole URL, password included: keep it out.
-		return d, errors.New("clickhouse URL does not parse; want clickhouse://host:8123/database")
+		return d, errors.New("not a URL; want clickhouse://host:8123/database")
 	}
 	if u.Scheme != "clickhouse" {
-		return d, fmt.Errorf("clickhouse URL scheme %q, want clickhouse://host:8123/database", u.Scheme)
+		return d, fmt.Errorf("unknown scheme %q; want clickhouse://host:8123/database", u.Scheme)
 	}
 	if u.Host == "" {
-		return d, errors.New("clickhouse URL has no host; want clickhouse://host:8123/database")
+		return d, errors.New("no host; want clickhouse://host:8123/database")
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if _, _, err := net.SplitHostPort(h); err != nil {
@@ -113,13 +123,7 @@ func parseDSN(dsn string) (chDSN, error) {
 	if q.Has("password") {
 		d.password = q.Get("password")
 	}
-	if f := q.Get("password_file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return d, fmt.Errorf("clickhouse password file: %w", err)
-		}
-		d.password = strings.TrimRight(string(b), "\r\n")
-	}
+	d.passwordFile = q.Get("password_file")
 	if v := q.Get("secure"); v != "" {
 		if d.secure, err = strconv.ParseBool(v); err != nil {
 			return d, fmt.Errorf("clickhouse URL secure=%q: want 1 or 0", v)
@@ -136,9 +140,32 @@ func parseDSN(dsn string) (chDSN, error) {
 	return d, nil
 }
 
+// readPasswordFile reads the password from password_file, if given.
+func (d *chDSN) readPasswordFile() error {
+	if d.passwordFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(d.passwordFile)
+	if err != nil {
+		return fmt.Errorf("clickhouse password file: %w", err)
+	}
+	d.password = strings.TrimRight(string(b), "\r\n")
+	return nil
+}
+
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func validIdentifier(s string) bool { return len(s) <= 64 && identifier.MatchString(s) }
+
+// URLName is a store URL as logs may show it: scheme, hosts and database,
+// without user, password or parameters.
+func URLName(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "the store"
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
 
 // chClient talks to one ClickHouse server.
 type chClient struct {

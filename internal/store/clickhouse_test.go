@@ -420,30 +420,6 @@ func TestClickHouseRegexp(t *testing.T) {
 	}
 }
 
-func TestOpenURL(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := OpenURL(ctx, "", dir, testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.(*SQLite); !ok {
-		t.Errorf("empty URL opened a %T", s)
-	}
-	s.Close()
-	if _, err := OpenURL(ctx, "postgres://u:secret@h/db", dir, testOptions()); err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("postgres URL: %v; want an error without the password", err)
-	}
-	s, err = OpenURL(ctx, newDatabase(t), "", testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.(*ClickHouse); !ok {
-		t.Errorf("clickhouse URL opened a %T", s)
-	}
-	s.Close()
-}
-
 func TestParseError(t *testing.T) {
 	tests := []struct {
 		body string

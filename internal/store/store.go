@@ -3,17 +3,13 @@
 // per data directory), and ClickHouse, shared by a fleet's agents and
 // flint server (optionally sharded). docs/STORE.md describes both formats.
 //
-// OpenURL picks the backend from a --store value:
-//
-//	st, err := store.OpenURL(ctx, "", "/var/lib/flint", store.DefaultOptions())         // SQLite in the data directory
-//	st, err := store.OpenURL(ctx, "clickhouse://ch:8123/flint", "", store.DefaultOptions()) // ClickHouse
+//	st, err := store.Open("/var/lib/flint", store.DefaultOptions())                           // SQLite in the data directory
+//	st, err := store.OpenClickHouse(ctx, "clickhouse://ch:8123/flint", store.DefaultOptions()) // ClickHouse
 package store
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/flint-dev/flint/internal/profile"
@@ -94,19 +90,4 @@ type Finding struct {
 type Point struct {
 	Time    time.Time `json:"time"`
 	Samples int64     `json:"samples"`
-}
-
-// OpenURL opens the store a --store flag names: "" is the SQLite store in
-// dataDir (Open), a clickhouse:// URL the ClickHouse store
-// (OpenClickHouse, whose doc lists the URL's parameters). Anything else
-// fails with one line listing both.
-func OpenURL(ctx context.Context, url, dataDir string, o Options) (Store, error) {
-	switch {
-	case url == "":
-		return Open(dataDir, o)
-	case strings.HasPrefix(url, "clickhouse://"):
-		return OpenClickHouse(ctx, url, o)
-	}
-	scheme, _, _ := strings.Cut(url, "://")
-	return nil, fmt.Errorf("store %q: want empty (SQLite in the data directory) or clickhouse://host:8123/database", scheme)
 }
