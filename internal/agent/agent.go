@@ -102,8 +102,9 @@ const (
 // Agent is a running agent.
 type Agent struct {
 	o       Options
-	store   store.Store  // answers the API
+	local   store.Store  // the SQLite store; nil with Options.Store
 	spool   *spool.Spool // with Options.Store: where windows go
+	api     store.Reader // answers the API: local, or the remote store
 	sampler *sampler.Sampler
 	sym     *symbol.Symbolizer
 	coll    *collect.Collector
@@ -203,7 +204,7 @@ func Run(ctx context.Context, o Options) error {
 	var api *server.Running
 	if o.API.Addr != "" {
 		api, err = server.Start(o.API, server.Options{
-			Store: a.store, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
+			Store: a.api, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
 		})
 		if err != nil {
 			return err
@@ -230,14 +231,14 @@ func (a *Agent) openStore() (closeStore func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		a.store = st
+		a.local, a.api = st, st
 		return func() { st.Close() }, nil
 	}
 	sp, remote, err := openSpool(a.o, spoolOptions(a.o))
 	if err != nil {
 		return nil, err
 	}
-	a.store, a.spool = remote, sp
+	a.api, a.spool = remote, sp
 	return func() {
 		a.drainSpool()
 		sp.Close()
@@ -371,9 +372,9 @@ func (a *Agent) write(p *profile.Profile, findings []store.Finding) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.o.Window)
 	defer cancel()
 	if len(findings) > 0 {
-		a.countFindings(findings, a.store.WriteFindings(ctx, findings))
+		a.countFindings(findings, a.local.WriteFindings(ctx, findings))
 	}
-	return a.store.Write(ctx, p)
+	return a.local.Write(ctx, p)
 }
 
 func (a *Agent) period() time.Duration { return time.Second / time.Duration(a.o.Frequency) }

@@ -33,7 +33,7 @@ type remoteStore struct {
 	ch   atomic.Pointer[store.ClickHouse]
 }
 
-var _ store.Store = (*remoteStore)(nil)
+var _ store.Reader = (*remoteStore)(nil)
 
 // errStoreNotOpen answers queries while the remote store is not open yet.
 var errStoreNotOpen = errors.New("the agent's store is not open yet (unreachable or refusing it; windows wait in the spool)")
@@ -99,15 +99,6 @@ func (r *remoteStore) open() (*store.ClickHouse, error) {
 	return nil, errStoreNotOpen
 }
 
-// Write stores a window directly, bypassing the spool.
-func (r *remoteStore) Write(ctx context.Context, p *profile.Profile) error {
-	c, err := r.open()
-	if err != nil {
-		return err
-	}
-	return c.Write(ctx, p)
-}
-
 // Profile answers from the store once open.
 func (r *remoteStore) Profile(ctx context.Context, q store.Query) (*profile.Profile, error) {
 	c, err := r.open()
@@ -142,15 +133,6 @@ func (r *remoteStore) LabelValues(ctx context.Context, name string, from, to tim
 		return nil, err
 	}
 	return c.LabelValues(ctx, name, from, to)
-}
-
-// WriteFindings stores findings directly, bypassing the spool.
-func (r *remoteStore) WriteFindings(ctx context.Context, fs []store.Finding) error {
-	c, err := r.open()
-	if err != nil {
-		return err
-	}
-	return c.WriteFindings(ctx, fs)
 }
 
 // Findings answers from the store once open.

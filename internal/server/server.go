@@ -22,7 +22,7 @@ import (
 // Options configure the handler New returns.
 type Options struct {
 	// Store answers the /api/v1 routes; nil: they answer 404.
-	Store store.Store
+	Store store.Reader
 	// Live takes the profiles of /debug/pprof/profile; nil (flint server):
 	// it answers 501, pointing at the agent on the node.
 	Live LiveProfiler

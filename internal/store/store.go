@@ -27,11 +27,8 @@ var (
 	ErrBadQuery = errors.New("bad query")
 )
 
-// Store keeps profiles. Implementations are safe for concurrent use.
-type Store interface {
-	// Write stores one window: p.Start and p.Duration place it in time, and
-	// every sample carries its full label set.
-	Write(ctx context.Context, p *profile.Profile) error
+// Reader answers queries over stored profiles: what the API needs.
+type Reader interface {
 	// Profile merges the samples of windows starting in [q.From, q.To)
 	// whose labels match q.Selector. Sample labels keep only the labels
 	// named in q.KeepLabels (nil: all).
@@ -42,13 +39,21 @@ type Store interface {
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
 	// LabelValues lists the values of one label seen in [from, to).
 	LabelValues(ctx context.Context, name string, from, to time.Time) ([]string, error)
-	// WriteFindings stores the findings of one examination in one
-	// transaction.
-	WriteFindings(ctx context.Context, fs []Finding) error
 	// Findings returns the findings of examinations starting in
 	// [q.From, q.To) whose labels match q.Selector, oldest first; more than
 	// Options.MaxFindings fail with ErrTooLarge. q.KeepLabels is ignored.
 	Findings(ctx context.Context, q Query) ([]Finding, error)
+}
+
+// Store keeps profiles. Implementations are safe for concurrent use.
+type Store interface {
+	Reader
+	// Write stores one window: p.Start and p.Duration place it in time, and
+	// every sample carries its full label set.
+	Write(ctx context.Context, p *profile.Profile) error
+	// WriteFindings stores the findings of one examination in one
+	// transaction.
+	WriteFindings(ctx context.Context, fs []Finding) error
 	// Close flushes and releases the store; safe to call twice.
 	Close() error
 }
