@@ -63,15 +63,36 @@ func AppendStack(b []byte, stack []*Location) []byte {
 			b = appendString(b, m.File)
 			b = appendString(b, m.BuildID)
 		}
-		b = binary.AppendUvarint(b, uint64(len(l.Frames)))
-		for _, f := range l.Frames {
-			b = appendString(b, f.Function)
-			b = appendString(b, f.File)
-			b = binary.AppendVarint(b, int64(f.Line))
-			b = binary.AppendVarint(b, int64(f.StartLine))
-		}
+		b = appendFrames(b, l.Frames, appendString)
 	}
 	return b
+}
+
+// appendFrames appends a count and the frames, their strings as putString
+// writes them: inline in a stack, as string indexes in a window.
+func appendFrames(b []byte, frames []symbol.Frame, putString func([]byte, string) []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(frames)))
+	for _, f := range frames {
+		b = putString(b, f.Function)
+		b = putString(b, f.File)
+		b = binary.AppendVarint(b, int64(f.Line))
+		b = binary.AppendVarint(b, int64(f.StartLine))
+	}
+	return b
+}
+
+// frames reads what appendFrames wrote, strings by str; format 1 has no
+// start lines.
+func (d *decoder) frames(format byte, str func() string) []symbol.Frame {
+	var frames []symbol.Frame
+	for range d.count(3) { // function, file, line: a byte each at least
+		f := symbol.Frame{Function: str(), File: str(), Line: d.int()}
+		if format > 1 {
+			f.StartLine = d.int()
+		}
+		frames = append(frames, f)
+	}
+	return frames
 }
 
 // DecodeStack decodes an AppendStack encoding. Every location gets its
@@ -95,14 +116,7 @@ func DecodeStack(b []byte) ([]*Location, error) {
 		default:
 			d.setErr(fmt.Errorf("%w: mapping flag %d", ErrCorrupt, flag))
 		}
-		nf := d.count(3) // function, file, line: a byte each at least
-		for range nf {
-			f := symbol.Frame{Function: d.string(), File: d.string(), Line: d.int()}
-			if format > 1 {
-				f.StartLine = d.int()
-			}
-			l.Frames = append(l.Frames, f)
-		}
+		l.Frames = d.frames(format, d.string)
 		if d.err != nil {
 			return nil, d.err
 		}
@@ -175,13 +189,7 @@ func (p *Profile) MarshalBinary() ([]byte, error) {
 			m = e.mappings[*l.Mapping] + 1
 		}
 		b = binary.AppendUvarint(b, m)
-		b = binary.AppendUvarint(b, uint64(len(l.Frames)))
-		for _, f := range l.Frames {
-			b = binary.AppendUvarint(b, e.str(f.Function))
-			b = binary.AppendUvarint(b, e.str(f.File))
-			b = binary.AppendVarint(b, int64(f.Line))
-			b = binary.AppendVarint(b, int64(f.StartLine))
-		}
+		b = appendFrames(b, l.Frames, func(b []byte, s string) []byte { return binary.AppendUvarint(b, e.str(s)) })
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.labelSetList)))
 	for _, ls := range e.labelSetList {
@@ -252,14 +260,7 @@ func (p *Profile) UnmarshalBinary(b []byte) error {
 		} else if m > 0 {
 			l.Mapping = mappings[m-1]
 		}
-		nf := d.count(3)
-		for range nf {
-			f := symbol.Frame{Function: str(), File: str(), Line: d.int()}
-			if format > 1 {
-				f.StartLine = d.int()
-			}
-			l.Frames = append(l.Frames, f)
-		}
+		l.Frames = d.frames(format, str)
 		if d.err != nil {
 			return d.err
 		}
