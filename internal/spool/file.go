@@ -144,17 +144,10 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
+// varint reads a zigzag-encoded varint, as binary.AppendVarint writes.
 func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	u := r.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 // count reads a count of items taking at least minSize bytes each, and
