@@ -298,6 +298,9 @@ func ParseMaps(b []byte) []Mapping {
 			if p, ok := strings.CutSuffix(m.Path, " (deleted)"); ok {
 				m.Path, m.Deleted = p, true
 			}
+			// A copy: a substring would keep the whole maps text alive
+			// as long as the snapshot.
+			m.Path = strings.Clone(m.Path)
 		}
 		out = append(out, m)
 	}
