@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/flint-dev/flint/internal/profile"
 )
@@ -506,6 +508,12 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 	var total int64
 	var buf []byte
 	var names []string
+	// Samples of one process share one labels map: hash it once.
+	type labelSet struct {
+		hash, nodeHash uint64
+		node           string
+	}
+	labelSets := map[unsafe.Pointer]labelSet{}
 	for i, s := range p.Samples {
 		if s.Count < 0 {
 			return fmt.Errorf("sample %d has count %d", i, s.Count)
@@ -513,12 +521,19 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		if s.Count == 0 {
 			continue
 		}
-		buf, names = appendLabels(buf[:0], s.Labels, names)
-		lh := uint64(hash64(buf))
-		n := s.Labels[profile.LabelNode]
+		ptr := reflect.ValueOf(s.Labels).UnsafePointer()
+		ls, ok := labelSets[ptr]
+		if !ok || ptr == nil {
+			buf, names = appendLabels(buf[:0], s.Labels, names)
+			n := s.Labels[profile.LabelNode]
+			ls = labelSet{hash: uint64(hash64(buf)), nodeHash: uint64(hash64([]byte(n))), node: n}
+			labelSets[ptr] = ls
+		}
+		lh, n := ls.hash, ls.node
 		if node == "" {
 			node = n
 		}
+		// A label set new here was hashed just above: names are its.
 		if _, ok := c.seen.labels[lh]; !ok && !newLabels[lh] {
 			newLabels[lh] = true
 			labels.date(day)
@@ -536,7 +551,7 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		sh := uint64(hash64(buf))
 		// Over a cluster a node's stacks must be on its shard: remember
 		// them per node. (A label set names its node already.)
-		seenKey := sh ^ uint64(hash64([]byte(n)))
+		seenKey := sh ^ ls.nodeHash
 		if _, ok := c.seen.stacks[seenKey]; !ok && !newStacks[seenKey] {
 			newStacks[seenKey] = true
 			stacks.date(day)
