@@ -173,6 +173,15 @@ var chTables = []chTable{
 		engine: "MergeTree PARTITION BY day ORDER BY (start, node, detector)"},
 }
 
+// dataName is the table that holds t's rows on each server: over a
+// cluster, the local table under the Distributed one.
+func (t chTable) dataName(cluster string) string {
+	if cluster != "" && !t.local {
+		return t.name + "_local"
+	}
+	return t.name
+}
+
 // chDDL returns the statements that create the schema in database db,
 // with Distributed tables over cluster when it is not "".
 func chDDL(db, cluster string) []string {
@@ -182,12 +191,9 @@ func chDDL(db, cluster string) []string {
 		for i, c := range t.columns {
 			cols[i] = c[0] + " " + c[1]
 		}
-		name := t.name
-		if cluster != "" && !t.local {
-			name += "_local"
-		}
+		name := t.dataName(cluster)
 		out = append(out, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s (%s) ENGINE = %s", db, name, strings.Join(cols, ", "), t.engine))
-		if cluster != "" && !t.local {
+		if name != t.name {
 			out = append(out, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s AS %s.%s ENGINE = Distributed(%s, %s, %s, cityHash64(node))",
 				db, t.name, db, name, cluster, db, name))
 		}
@@ -284,8 +290,8 @@ func checkColumns(ctx context.Context, h *chClient, cluster string) error {
 	}
 	for _, t := range chTables {
 		names := []string{t.name}
-		if cluster != "" && !t.local {
-			names = append(names, t.name+"_local")
+		if name := t.dataName(cluster); name != t.name {
+			names = append(names, name)
 		}
 		for _, name := range names {
 			for _, c := range t.columns {
@@ -342,14 +348,9 @@ func (c *ClickHouse) Compact(ctx context.Context) error {
 func (c *ClickHouse) dropBefore(ctx context.Context, h *chClient, cutoff uint16) error {
 	var tables []string
 	for _, t := range chTables {
-		if t.local && t.name == "meta" {
-			continue
+		if t.name != "meta" { // the only table without days
+			tables = append(tables, t.dataName(c.dsn.cluster))
 		}
-		name := t.name
-		if c.dsn.cluster != "" {
-			name += "_local"
-		}
-		tables = append(tables, name)
 	}
 	type part struct {
 		table string
