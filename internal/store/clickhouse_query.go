@@ -188,8 +188,7 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 		}
 	}
 	if c.opts.MaxStacks > 0 && len(rows) > c.opts.MaxStacks {
-		return nil, fmt.Errorf("%w: profile has more than %d distinct samples; narrow the selector or the range, or keep fewer labels",
-			ErrTooLarge, c.opts.MaxStacks)
+		return nil, errTooManyStacks(c.opts.MaxStacks)
 	}
 	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From)}
 	if p.Period, err = c.period(ctx, q.From, q.To); err != nil {
@@ -276,12 +275,8 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 		" any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s GROUP BY hash) AS l USING labels WHERE %s GROUP BY v, b%s",
 		from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.From, q.To), limit)
 	index := map[string]int{}
-	var out []Series
-	var totals []int64
-	limitErr := func(n int) error {
-		return fmt.Errorf("%w: more than %d series of %d steps is more than the limit of %d points; use a longer step or a narrower selector",
-			ErrTooLarge, n, buckets, c.opts.MaxSeriesPoints)
-	}
+	var values []string
+	var points [][]int64
 	err = c.queryRows(ctx, sql, func(r *rowReader) error {
 		v, b, n := r.string(), r.int64(), r.int64()
 		if r.err != nil {
@@ -292,20 +287,15 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 		}
 		i, ok := index[v]
 		if !ok {
-			if max := int64(c.opts.MaxSeriesPoints); max > 0 && int64(len(out)+1)*buckets > max {
-				return limitErr(len(out))
+			if max := int64(c.opts.MaxSeriesPoints); max > 0 && int64(len(values)+1)*buckets > max {
+				return errTooManySeries(int64(len(values)), buckets, max)
 			}
-			i = len(out)
+			i = len(values)
 			index[v] = i
-			s := Series{Value: v, Points: make([]Point, buckets)}
-			for j := range s.Points {
-				s.Points[j].Time = q.From.Add(time.Duration(j) * q.Step)
-			}
-			out = append(out, s)
-			totals = append(totals, 0)
+			values = append(values, v)
+			points = append(points, make([]int64, buckets))
 		}
-		out[i].Points[b].Samples += n
-		totals[i] += n
+		points[i][b] += n
 		return nil
 	})
 	if err != nil {
@@ -314,24 +304,7 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 		}
 		return nil, fmt.Errorf("query series: %w", err)
 	}
-	order := make([]int, len(out))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		if totals[a] != totals[b] {
-			return cmp.Compare(totals[b], totals[a])
-		}
-		return strings.Compare(out[a].Value, out[b].Value)
-	})
-	if len(out) == 0 {
-		return nil, nil
-	}
-	sorted := make([]Series, len(out))
-	for i, j := range order {
-		sorted[i] = out[j]
-	}
-	return sorted, nil
+	return rankSeries(values, points, q.From, q.Step), nil
 }
 
 // LabelNames lists, sorted, the names of labels with a non-empty value on
@@ -399,7 +372,7 @@ func (c *ClickHouse) Findings(ctx context.Context, q Query) ([]Finding, error) {
 		return nil, fmt.Errorf("read findings: %w", err)
 	}
 	if max := c.opts.MaxFindings; max > 0 && len(out) > max {
-		return nil, fmt.Errorf("%w: more than %d findings: narrow the range or the selector", ErrTooLarge, max)
+		return nil, errTooManyFindings(max)
 	}
 	return out, nil
 }

@@ -66,7 +66,7 @@ func (s *SQLite) Findings(ctx context.Context, q Query) ([]Finding, error) {
 				continue
 			}
 			if max := s.opts.MaxFindings; max > 0 && len(out) == max {
-				return fmt.Errorf("%w: more than %d findings: narrow the range or the selector", ErrTooLarge, max)
+				return errTooManyFindings(max)
 			}
 			f.Start, f.Duration, f.Body = time.Unix(0, start), time.Duration(duration), []byte(body)
 			out = append(out, f)

@@ -228,8 +228,7 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 				return fmt.Errorf("samples of label set %d: %w", labels, err)
 			}
 			if s.opts.MaxStacks > 0 && len(counts) > s.opts.MaxStacks {
-				return fmt.Errorf("%w: profile has more than %d distinct samples; narrow the selector or the range, or keep fewer labels",
-					ErrTooLarge, s.opts.MaxStacks)
+				return errTooManyStacks(s.opts.MaxStacks)
 			}
 			return nil
 		})
@@ -591,8 +590,7 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 			if points[i] == nil {
 				used++
 				if limit > 0 && used*buckets > limit {
-					return fmt.Errorf("%w: more than %d series of %d steps is more than the limit of %d points; use a longer step or a narrower selector",
-						ErrTooLarge, used-1, buckets, limit)
+					return errTooManySeries(used-1, buckets, limit)
 				}
 				points[i] = make([]int64, buckets)
 			}
@@ -602,38 +600,65 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 		if err != nil {
 			return err
 		}
-		type ranked struct {
-			s     Series
-			total int64
-		}
-		var rs []ranked
-		for i, ps := range points {
-			if ps == nil {
-				continue
-			}
-			r := ranked{s: Series{Value: values[i], Points: make([]Point, len(ps))}}
-			for b, n := range ps {
-				r.s.Points[b] = Point{Time: q.From.Add(time.Duration(b) * q.Step), Samples: n}
-				r.total += n
-			}
-			rs = append(rs, r)
-		}
-		slices.SortFunc(rs, func(a, b ranked) int {
-			if a.total != b.total {
-				return cmp.Compare(b.total, a.total)
-			}
-			return strings.Compare(a.s.Value, b.s.Value)
-		})
-		out = make([]Series, len(rs))
-		for i, r := range rs {
-			out[i] = r.s
-		}
+		out = rankSeries(values, points, q.From, q.Step)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("query series: %w", err)
 	}
 	return out, nil
+}
+
+// errTooManyStacks says a profile has more distinct samples than max.
+func errTooManyStacks(max int) error {
+	return fmt.Errorf("%w: profile has more than %d distinct samples; narrow the selector or the range, or keep fewer labels", ErrTooLarge, max)
+}
+
+// errTooManyFindings says a query found more findings than max.
+func errTooManyFindings(max int) error {
+	return fmt.Errorf("%w: more than %d findings: narrow the range or the selector", ErrTooLarge, max)
+}
+
+// errTooManySeries says that n series of that many steps each, and one
+// more, exceed the limit on points.
+func errTooManySeries(n, buckets, limit int64) error {
+	return fmt.Errorf("%w: more than %d series of %d steps is more than the limit of %d points; use a longer step or a narrower selector",
+		ErrTooLarge, n, buckets, limit)
+}
+
+// rankSeries turns each value's sample counts per step (nil: no samples)
+// into Series, the largest total first, then by value; nil for none.
+func rankSeries(values []string, points [][]int64, from time.Time, step time.Duration) []Series {
+	type ranked struct {
+		s     Series
+		total int64
+	}
+	var rs []ranked
+	for i, ps := range points {
+		if ps == nil {
+			continue
+		}
+		r := ranked{s: Series{Value: values[i], Points: make([]Point, len(ps))}}
+		for b, n := range ps {
+			r.s.Points[b] = Point{Time: from.Add(time.Duration(b) * step), Samples: n}
+			r.total += n
+		}
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if a.total != b.total {
+			return cmp.Compare(b.total, a.total)
+		}
+		return strings.Compare(a.s.Value, b.s.Value)
+	})
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]Series, len(rs))
+	for i, r := range rs {
+		out[i] = r.s
+	}
+	return out
 }
 
 // checkSeries validates a series query against o's limits and returns
