@@ -101,7 +101,14 @@ type agentProc struct {
 
 func startAgent(t *testing.T, flint, dir string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{addr: freeAddr(t), dir: dir, stderr: &bytes.Buffer{}}
+	return startAgentOn(t, flint, dir, freeAddr(t), args...)
+}
+
+// startAgentOn starts the agent with its API on addr and waits until it
+// answers there.
+func startAgentOn(t *testing.T, flint, dir, addr string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{addr: addr, dir: dir, stderr: &bytes.Buffer{}}
 	args = append([]string{"agent", "--data-dir", dir, "--listen", a.addr}, args...)
 	a.cmd = exec.Command(flint, args...)
 	a.cmd.Stderr = a.stderr
@@ -458,6 +465,25 @@ func TestAgentProcessStorm(t *testing.T) {
 	if n := stored(t, dir, `{comm="true"}`); n == 0 {
 		t.Error("no sample of the storm's processes stored")
 	}
+}
+
+// TestAgentListensBelow1024 serves the API on a port below 1024: the agent
+// listens before it drops the capabilities such a port needs.
+func TestAgentListensBelow1024(t *testing.T) {
+	requireRoot(t)
+	flint, _ := build(t)
+	var addr string
+	for port := 1023; port > 900 && addr == ""; port-- {
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			addr = ln.Addr().String()
+			ln.Close()
+		}
+	}
+	if addr == "" {
+		t.Fatal("no free port between 901 and 1023")
+	}
+	// Fails the test unless the agent answers on addr.
+	startAgentOn(t, flint, t.TempDir(), addr, "--window", "1s")
 }
 
 // TestAgentDiskFull fills the agent's file system: windows are dropped and

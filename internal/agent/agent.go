@@ -146,13 +146,18 @@ func Run(ctx context.Context, o Options) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(min(runtime.NumCPU(), 2))
 	}
-	if o.API.Addr != "" {
-		if _, err := o.API.Check(o.Token); err != nil {
-			return err
-		}
-	}
 	if err := sampler.CheckPrivileges(); err != nil {
 		return err
+	}
+	// Listening before Loaded drops the capabilities: a port below 1024
+	// takes one the agent does not keep.
+	var listener *server.Listener
+	if o.API.Addr != "" {
+		var err error
+		if listener, err = server.Listen(o.API, o.Token); err != nil {
+			return err
+		}
+		defer listener.Close() // served, Shutdown has closed it already
 	}
 	a := &Agent{o: o, sym: symbol.New(), liveNew: make(chan *liveRequest), loopDone: make(chan struct{})}
 	closeStore, err := a.openStore()
@@ -202,13 +207,10 @@ func Run(ctx context.Context, o Options) error {
 	o.Logf("agent sampling every process at %d Hz, %s windows, data in %s", o.Frequency, o.Window, where)
 
 	var api *server.Running
-	if o.API.Addr != "" {
-		api, err = server.Start(o.API, server.Options{
+	if listener != nil {
+		api = listener.Serve(server.Options{
 			Store: a.api, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
 		})
-		if err != nil {
-			return err
-		}
 		o.Logf("serving the API on %s", api.URL())
 	}
 	a.loop(ctx)

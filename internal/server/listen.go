@@ -87,36 +87,62 @@ type Running struct {
 	url string
 }
 
-// Start checks e against o.Token as Check does, listens on e.Addr and
-// serves New(o) there, over TLS when e has a certificate, with timeouts on
-// reading requests, writing answers and idle connections. Its errors are
-// failures to start; the caller ends it with Shutdown.
-func Start(e Endpoint, o Options) (*Running, error) {
-	if _, err := e.Check(o.Token); err != nil {
+// Listener is an endpoint listened on, not served yet.
+type Listener struct {
+	ln  net.Listener
+	tls *tls.Config // nil: plain HTTP
+}
+
+// Listen checks e against token as Check does, loads its certificate and
+// listens on e.Addr. A process that drops privileges listens first: a port
+// below 1024 takes CAP_NET_BIND_SERVICE.
+func Listen(e Endpoint, token string) (*Listener, error) {
+	if _, err := e.Check(token); err != nil {
 		return nil, err
 	}
-	srv := newHTTPServer(New(o), o.QueryTimeout)
-	scheme := "http"
+	l := &Listener{}
 	if e.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(e.TLSCert, e.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("load TLS certificate: %w", err)
 		}
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		scheme = "https"
+		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	ln, err := net.Listen("tcp", e.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", e.Addr, err)
 	}
-	r := &Running{srv: srv, ln: ln, url: scheme + "://" + ln.Addr().String()}
-	if srv.TLSConfig != nil {
+	l.ln = ln
+	return l, nil
+}
+
+// Close stops listening; for a Listener that is not served.
+func (l *Listener) Close() error { return l.ln.Close() }
+
+// Serve serves New(o) on l, over TLS when l has a certificate, with
+// timeouts on reading requests, writing answers and idle connections. The
+// caller ends it with Shutdown.
+func (l *Listener) Serve(o Options) *Running {
+	srv := newHTTPServer(New(o), o.QueryTimeout)
+	scheme := "http"
+	if l.tls != nil {
+		srv.TLSConfig, scheme = l.tls, "https"
 		// The certificate is in TLSConfig; ServeTLS also offers HTTP/2.
-		go srv.ServeTLS(ln, "", "")
+		go srv.ServeTLS(l.ln, "", "")
 	} else {
-		go srv.Serve(ln)
+		go srv.Serve(l.ln)
 	}
-	return r, nil
+	return &Running{srv: srv, ln: l.ln, url: scheme + "://" + l.ln.Addr().String()}
+}
+
+// Start is Listen and Serve. Its errors are failures to start; the caller
+// ends it with Shutdown.
+func Start(e Endpoint, o Options) (*Running, error) {
+	l, err := Listen(e, o.Token)
+	if err != nil {
+		return nil, err
+	}
+	return l.Serve(o), nil
 }
 
 // newHTTPServer returns the http.Server for h; queryTimeout (zero: the
