@@ -104,8 +104,8 @@ func Read(pid int) (*Process, error) {
 		}
 	}
 	if cg, err := readFile(dir+"/cgroup", *bp); err == nil {
-		p.Cgroup = parseCgroup(cg)
-		p.Container, p.Pod = ParseContainer(string(cg))
+		ci := cgroupOf(cg)
+		p.Cgroup, p.Container, p.Pod = ci.cgroup, ci.container, ci.pod
 	}
 	return p, nil
 }
@@ -243,6 +243,37 @@ func parseNSPID(status []byte, pid int) int {
 		}
 	}
 	return pid
+}
+
+// cgroupInfo is what a /proc/PID/cgroup file says.
+type cgroupInfo struct{ cgroup, container, pod string }
+
+// cgroups memoises cgroupOf: a node's new processes share a few cgroups,
+// and parsing one takes regular expressions. The snapshots then share the
+// strings too.
+var cgroups struct {
+	sync.Mutex
+	m map[string]cgroupInfo
+}
+
+// maxCgroups bounds the memo; past it, it starts over.
+const maxCgroups = 4096
+
+// cgroupOf parses the contents of a /proc/PID/cgroup file, once per
+// distinct contents. Safe for concurrent use.
+func cgroupOf(b []byte) cgroupInfo {
+	cgroups.Lock()
+	defer cgroups.Unlock()
+	if ci, ok := cgroups.m[string(b)]; ok {
+		return ci
+	}
+	ci := cgroupInfo{cgroup: parseCgroup(b)}
+	ci.container, ci.pod = ParseContainer(string(b))
+	if cgroups.m == nil || len(cgroups.m) >= maxCgroups {
+		cgroups.m = map[string]cgroupInfo{}
+	}
+	cgroups.m[string(b)] = ci
+	return ci
 }
 
 // parseCgroup picks the unified hierarchy's path if the process has one
