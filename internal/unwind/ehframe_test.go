@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +37,7 @@ type builder struct {
 // 8 bytes as linkers do, and returns its offset.
 func (w *builder) entry(body ...[]byte) int {
 	off := len(w.b)
-	var all []byte
-	for _, b := range body {
-		all = append(all, b...)
-	}
+	all := cat(body...)
 	for (4+len(all))%8 != 0 {
 		all = append(all, cfaNop)
 	}
@@ -70,7 +68,7 @@ func (w *builder) cie(aug string, ins ...[]byte) int {
 // fde appends an FDE of CIE cie for [start, start+size): in .eh_frame
 // with pcrel sdata4 addresses and no augmentation data, in .debug_frame
 // with absolute 8-byte ones.
-func (w *builder) fde(cie int, start, size uint64, ins ...[]byte) int {
+func (w *builder) fde(cie int, start, size uint64, ins ...[]byte) {
 	off := len(w.b)
 	var head []byte
 	if w.debug {
@@ -79,7 +77,7 @@ func (w *builder) fde(cie int, start, size uint64, ins ...[]byte) int {
 		pc := int64(start) - int64(ehAddr+off+8)
 		head = cat(u32(uint32(off+4-cie)), u32(uint32(pc)), u32(uint32(size)), uleb(0))
 	}
-	return w.entry(append([][]byte{head}, ins...)...)
+	w.entry(append([][]byte{head}, ins...)...)
 }
 
 func cat(bs ...[]byte) []byte {
@@ -439,6 +437,9 @@ func checkRows(t *testing.T, rows []Row, st Stats) {
 	if st.Rows != len(rows) {
 		t.Errorf("Stats.Rows %d, %d rows", st.Rows, len(rows))
 	}
+	if st.Invalid+st.Overlapping > st.FDEs {
+		t.Errorf("more FDEs dropped than read: %+v", st)
+	}
 	for i, r := range rows {
 		if r.CFA > CFAEnd {
 			t.Fatalf("row %d: kind %d", i, r.CFA)
@@ -507,10 +508,15 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range parseTests() {
 		f.Add(tc.eh, tc.debug)
 	}
+	// The first whole entries of glibc's .eh_frame, PLT and all.
 	if ef, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6"); err == nil {
 		if s := ef.Section(".eh_frame"); s != nil {
-			if b, err := s.Data(); err == nil && len(b) > 4096 {
-				f.Add(b[:4096], []byte(nil))
+			if b, err := s.Data(); err == nil {
+				n := 0
+				for n < 4096 && n+4 <= len(b) && n+4+int(binary.LittleEndian.Uint32(b[n:])) <= len(b) {
+					n += 4 + int(binary.LittleEndian.Uint32(b[n:]))
+				}
+				f.Add(b[:n], []byte(nil))
 			}
 		}
 		ef.Close()
@@ -778,8 +784,12 @@ func systemFiles() []string {
 		"/usr/bin/python3",
 		"/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1", // a large C++ library
 	}
-	pyenv, _ := filepath.Glob("/root/.pyenv/versions/*/lib/libpython*.so.1.0")
-	files = append(files, pyenv...)
+	// pyenv's builds: the interpreter is in libpython, the executable
+	// a small main.
+	libs, _ := filepath.Glob("/root/.pyenv/versions/*/lib/libpython*.so.1.0")
+	exes, _ := filepath.Glob("/root/.pyenv/versions/*/bin/python[23].[0-9]*")
+	exes = slices.DeleteFunc(exes, func(path string) bool { return strings.Contains(filepath.Base(path), "-") })
+	files = append(append(files, libs...), exes...)
 	return slices.DeleteFunc(files, func(path string) bool {
 		_, err := os.Stat(path)
 		return err != nil
@@ -871,12 +881,36 @@ func TestParseFixture(t *testing.T) {
 	}
 }
 
+// TestParseGo compares on a Go program: the Go linker writes no
+// .eh_frame, only a compressed .debug_frame.
+func TestParseGo(t *testing.T) {
+	needTools(t, "go", "readelf")
+	dir := t.TempDir()
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module fixture\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", "hello", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if n := compareReadelf(t, filepath.Join(dir, "hello")); n.rows < 1000 {
+		t.Errorf("%d rows compared, want 1000 or more", n.rows)
+	}
+}
+
 // BenchmarkParse parses the CFI of system libraries, reporting throughput
-// in MB of .eh_frame and .debug_frame per second. Reading the sections
+// in MB of .eh_frame and .debug_frame per second, and CPU time (garbage
+// collection included) and bytes allocated per MB. Reading the sections
 // from the page cache is included, as it is in the agent.
 func BenchmarkParse(b *testing.B) {
 	for _, path := range systemFiles() {
-		if strings.Contains(path, "pyenv") && !strings.Contains(path, "3.13") {
+		if strings.Contains(path, "pyenv") && !strings.HasSuffix(path, "libpython3.13.so.1.0") {
 			continue // one libpython is enough
 		}
 		f, err := elf.Open(path)
@@ -893,6 +927,8 @@ func BenchmarkParse(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			var st Stats
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
 			start, n := cpuTime(), 0
 			for b.Loop() {
 				if _, st, err = Parse(f); err != nil {
@@ -900,7 +936,11 @@ func BenchmarkParse(b *testing.B) {
 				}
 				n++
 			}
-			b.ReportMetric(float64(cpuTime()-start)/float64(n), "cpu-ns/op")
+			cpu := cpuTime() - start
+			runtime.ReadMemStats(&after)
+			mb := float64(n) * float64(size) / 1e6
+			b.ReportMetric(float64(cpu.Milliseconds())/mb, "cpu-ms/MB")
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/mb, "alloc-B/MB")
 			b.ReportMetric(float64(st.Rows), "rows")
 		})
 		f.Close()
