@@ -53,6 +53,10 @@ type Stats struct {
 	// the entry's end, a CIE pointer to no CIE. Their ranges get
 	// CFAUndefined.
 	Invalid int
+
+	// FirstInvalid says why the first CIE or FDE that could not be read
+	// was dropped, for logs; nil if none was.
+	FirstInvalid error
 }
 
 var (
@@ -87,8 +91,8 @@ const (
 // only .debug_frame) of f and returns rows sorted by PC, each PC once, with
 // no two neighbours alike. Where FDEs overlap, the one read first wins,
 // .eh_frame before .debug_frame. Every FDE's range ends with a CFAUndefined
-// row unless the next FDE starts there, so a PC between FDEs, and a PC
-// after the last row, have no CFI.
+// row unless the next FDE starts there, so a PC between FDEs or past the
+// last one gets CFAUndefined, and a PC before the first row has no row.
 //
 // An FDE that cannot be read is dropped and counted in Stats.Invalid. Parse
 // fails when a section cannot be read or its entries cannot be delimited
@@ -306,11 +310,14 @@ func (p *parser) readSection(i int) error {
 			}
 			// A CIE that cannot be read is left out: its FDEs
 			// count as Invalid.
-			if ci, err := p.readCIE(s, &c); err == nil {
-				ci.sec = uint8(i)
-				p.cieAt[off] = uint32(len(p.cies))
-				p.cies = append(p.cies, ci)
+			ci, err := p.readCIE(s, &c)
+			if err != nil {
+				p.note("parse %s cie at %#x: %w", s.name, off, err)
+				break
 			}
+			ci.sec = uint8(i)
+			p.cieAt[off] = uint32(len(p.cies))
+			p.cies = append(p.cies, ci)
 		default:
 			p.stats.FDEs++
 			cieOff := int64(id) // .debug_frame: a section offset
@@ -320,12 +327,14 @@ func (p *parser) readSection(i int) error {
 			ci, ok := p.cieAt[int(cieOff)]
 			if !ok {
 				p.stats.Invalid++
+				p.note("parse %s fde at %#x: no cie at %#x", s.name, off, cieOff)
 				break
 			}
-			f, ok := p.readFDE(s, &c, ci)
+			f, err := p.readFDE(s, &c, ci)
 			switch {
-			case !ok:
+			case err != nil:
 				p.stats.Invalid++
+				p.note("parse %s fde at %#x: %w", s.name, off, err)
 			case f.size == 0:
 			case len(p.fdes) == maxRows:
 				return fmt.Errorf("parse %s fde at %#x: more than %d FDEs", s.name, off, maxRows)
@@ -343,7 +352,7 @@ func (p *parser) readCIE(s *frameSection, c *cursor) (cie, error) {
 	ci := cie{addrSize: 8}
 	version := c.u8()
 	if version != 1 && version != 3 && version != 4 {
-		return ci, fmt.Errorf("cie version %d", version)
+		return ci, fmt.Errorf("version %d", version)
 	}
 	aug := c.cstring()
 	if string(aug) == "eh" {
@@ -399,7 +408,7 @@ func (p *parser) readCIE(s *frameSection, c *cursor) (cie, error) {
 		return ci, fmt.Errorf("augmentation %q", aug)
 	}
 	if c.bad {
-		return ci, errors.New("truncated cie")
+		return ci, errors.New("truncated")
 	}
 	if err := p.run(s, &ci, c, &ci.initial, 0, 0, false); err != nil {
 		return ci, fmt.Errorf("initial instructions: %w", err)
@@ -408,21 +417,24 @@ func (p *parser) readCIE(s *frameSection, c *cursor) (cie, error) {
 }
 
 // readFDE reads an FDE's fields after its CIE pointer.
-func (p *parser) readFDE(s *frameSection, c *cursor, ci uint32) (fde, bool) {
+func (p *parser) readFDE(s *frameSection, c *cursor, ci uint32) (fde, error) {
 	cp := &p.cies[ci]
 	c.skip(uint64(cp.segSize))
 	start, ok := p.pointer(s, c, cp.fdeEnc, cp.addrSize)
 	if !ok {
-		return fde{}, false
+		return fde{}, fmt.Errorf("address encoding %#x", cp.fdeEnc)
 	}
 	size := c.read(cp.fdeEnc&0x0f, cp.addrSize) // pointer checked the format
 	if cp.augData {
 		c.skip(c.uleb())
 	}
-	if c.bad || size > math.MaxUint32 || start+size < start {
-		return fde{}, false
+	switch {
+	case c.bad:
+		return fde{}, errors.New("truncated")
+	case size > math.MaxUint32 || start+size < start:
+		return fde{}, fmt.Errorf("range %#x at %#x", size, start)
 	}
-	return fde{start: start, size: uint32(size), insOff: s.base + uint32(c.i), insEnd: s.base + uint32(len(c.b)), cie: ci}, true
+	return fde{start: start, size: uint32(size), insOff: s.base + uint32(c.i), insEnd: s.base + uint32(len(c.b)), cie: ci}, nil
 }
 
 // DW_EH_PE_* pointer encodings (LSB 10.5.1): a format in the low nibble,
@@ -548,6 +560,7 @@ func (p *parser) buildRows() error {
 		if err != nil {
 			p.rows, p.stats.Unsupported = p.rows[:mark], unsupported
 			p.stats.Invalid++
+			p.note("parse %s fde for %#x..%#x: %w", p.secs[p.cies[f.cie].sec].name, f.start, f.end(), err)
 			if !p.add(f.start, Row{}) {
 				return errTooManyRows
 			}
@@ -561,6 +574,13 @@ func (p *parser) buildRows() error {
 }
 
 var errTooManyRows = fmt.Errorf("more than %d rows", maxRows)
+
+// note keeps the first CIE or FDE dropped, and why, in Stats.FirstInvalid.
+func (p *parser) note(format string, args ...any) {
+	if p.stats.FirstInvalid == nil {
+		p.stats.FirstInvalid = fmt.Errorf(format, args...)
+	}
+}
 
 // runFDE appends the rows of f.
 func (p *parser) runFDE(f *fde) error {
@@ -614,7 +634,7 @@ const (
 type state struct {
 	cfa    cfaRule
 	cfaReg uint64
-	cfaOff int64 // cfaPLT: the threshold
+	cfaOff int64 // cfaPLTExpr: the threshold
 	rbp    rule
 	ra     rule
 }
@@ -665,7 +685,7 @@ func (p *parser) run(s *frameSection, ci *cie, c *cursor, st *state, loc, end ui
 			case cfaSetLoc:
 				v, ok := p.pointer(s, c, ci.fdeEnc, ci.addrSize)
 				if !ok || v < loc {
-					return fmt.Errorf("set_loc at %#x", c.i)
+					return fmt.Errorf("set_loc to %#x at %#x", v, loc)
 				}
 				next, moved = v, true
 			case cfaAdvanceLoc1:

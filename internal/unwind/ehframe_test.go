@@ -144,7 +144,8 @@ type parseTest struct {
 	name      string
 	eh, debug []byte
 	want      []Row
-	stats     Stats // Rows is filled in from want
+	stats     Stats  // Rows is filled in from want
+	invalid   string // in Stats.FirstInvalid
 }
 
 func parseTests() []parseTest {
@@ -294,6 +295,7 @@ func parseTests() []parseTest {
 		w.fde(c, 0x1070, 0x10, deep)
 		add("invalid FDEs", w, nil, Stats{FDEs: 7, Invalid: 6},
 			undef(0x1000), rsp(0x1030, 8, 0), rsp(0x1031, 16, 0), undef(0x1040))
+		tests[len(tests)-1].invalid = "parse .eh_frame fde at 0x78: no cie at 0x1"
 	}
 	{
 		// Every way to move the location, and operands of each form;
@@ -315,6 +317,7 @@ func parseTests() []parseTest {
 			Row{PC: 0x12000, CFA: CFARBP, CFAOffset: 16},
 			Row{PC: 0x12001, CFA: CFARBP, CFAOffset: 16, RBPOffset: 24},
 			rsp(0x12002, 8, -16), undef(0x30000))
+		tests[len(tests)-1].invalid = "parse .debug_frame fde for 0x30000..0x30010: set_loc to 0x30001 at 0x30002"
 	}
 	{
 		// 64-bit DWARF .debug_frame: lengths of 0xffffffff then 8
@@ -371,6 +374,7 @@ func parseTests() []parseTest {
 		}
 		add("augmentations and pointer encodings", w, nil, Stats{FDEs: 17, Invalid: 4},
 			rsp(0x3000, 8, 0), rsp(0x3001, 16, 0), rsp(0x3010, 8, 0), rsp(0x3012, 16, 0), rsp(0x3020, 8, 0), undef(0x30d0))
+		tests[len(tests)-1].invalid = "address encoding 0x50"
 	}
 	return tests
 }
@@ -386,6 +390,10 @@ func TestParseSections(t *testing.T) {
 			if !reflect.DeepEqual(rows, tc.want) {
 				t.Errorf("rows:\n%s\nwant:\n%s", formatRows(rows), formatRows(tc.want))
 			}
+			if st.FirstInvalid == nil && tc.invalid != "" || st.FirstInvalid != nil && !strings.Contains(st.FirstInvalid.Error(), tc.invalid) {
+				t.Errorf("first invalid: %v, want %q", st.FirstInvalid, tc.invalid)
+			}
+			st.FirstInvalid = nil
 			tc.stats.Rows = len(tc.want)
 			if st != tc.stats {
 				t.Errorf("stats %+v, want %+v", st, tc.stats)
