@@ -17,7 +17,10 @@ run: build
 
 # What the tests and `make generate` need on a fresh Debian machine (root).
 # clickhouse-server: the ClickHouse store's tests start their own servers.
-DEB_PACKAGES := gcc libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium clickhouse-server
+# linux-perf, redis-server, redis-tools: unwinding is checked against perf
+# --call-graph dwarf, on a fixture and on a packaged daemon under load.
+DEB_PACKAGES := gcc g++ libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium clickhouse-server \
+	linux-perf redis-server redis-tools
 deps:
 	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \

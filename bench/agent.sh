@@ -6,6 +6,7 @@
 #	sudo STEADY=60 bench/agent.sh       # shorter
 #	sudo CHURN=1 bench/agent.sh         # then 60 s without, 60 s with one
 #	sudo CHURN=10 PHASE=120 bench/agent.sh  # new process a second (ten; 120 s)
+#	sudo NOFP=1 bench/agent.sh          # fixtures without frame pointers
 #
 # Measured from outside the agent: its CPU (its threads' run time),
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
@@ -41,10 +42,21 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-# Load: one C and one Go fixture per CPU, so both CPUs stay busy.
+# Load: one C and one Go fixture per CPU, so both CPUs stay busy; with
+# NOFP=1, the C and C++ fixtures built without frame pointers instead, whose
+# stacks the agent walks with unwind tables.
+if [[ ${NOFP:-0} == 1 ]]; then
+	gcc -O2 -fomit-frame-pointer -rdynamic -o "$out/nofp" testdata/fixtures/nofp/nofp.c
+	gcc -O2 -fomit-frame-pointer -shared -fPIC -o "$out/nofp-plugin.so" testdata/fixtures/nofp/plugin.c
+	g++ -O2 -fomit-frame-pointer -o "$out/nofp-cc" testdata/fixtures/nofp/nofp.cc
+	load=("$out/nofp $out/nofp-plugin.so" "$out/nofp-cc")
+else
+	load=("$out/spin" "$out/spin-go")
+fi
 for _ in $(seq "$(nproc)"); do
-	"$out/spin" >/dev/null & pids+=($!)
-	"$out/spin-go" >/dev/null & pids+=($!)
+	for cmd in "${load[@]}"; do
+		$cmd >/dev/null & pids+=($!)
+	done
 done
 
 # CPU seconds to the nanosecond: the sum of the agent's threads' run time
@@ -80,6 +92,8 @@ say "steady state for ${STEADY} s"
 sleep "$STEADY"
 cpu1=$(cpu_s $agent); bpf1=$(metric flint_bpf_run_seconds_total); samples1=$(metric flint_samples_written_total)
 taken1=$(metric flint_samples_total); progs $agent >"$out/progs1.tsv"
+walks=$(metric flint_unwind_walks_total); complete=$(metric flint_unwind_complete_total)
+rows=$(metric flint_unwind_rows); binaries=$(metric flint_unwind_binaries)
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
 store=$(du -sb "$data" | cut -f1)
 written=$(metric flint_samples_written_total)
@@ -110,6 +124,9 @@ BEGIN {
 join -t "$(printf '\t')" "$out/progs0.tsv" "$out/progs1.tsv" | awk -F '\t' -v s="$STEADY" '
 $7 > $4 { printf "| BPF program %s | %.4f%% of one core: %d runs of %.0f ns |\n", $2, 100 * ($6 - $3) / 1e9 / s, $7 - $4, ($6 - $3) / ($7 - $4) }' |
 	tee -a "$out/summary.md"
+awk -v w="${walks:-0}" -v c="${complete:-0}" -v r="${rows:-0}" -v b="${binaries:-0}" 'BEGIN {
+	printf "| stacks walked with unwind tables | %d, %.1f%% to the outermost frame |\n", w, w > 0 ? 100 * c / w : 0
+	printf "| unwind rows loaded | %d (%d binaries, %.1f MB of kernel memory) |\n", r, b, r * 12 / 1e6 }' | tee -a "$out/summary.md"
 [[ -z $churned ]] || echo "$churned" | tee -a "$out/summary.md"
 
 say "store: the agent's windows repeated over 24 h, 1 h and 24 h queries"

@@ -18,6 +18,7 @@
 const volatile __u32 target_tgid = 0;	   // 0: every process
 const volatile bool kernel_stacks = true;  // false: --no-kernel
 const volatile bool use_ringbuf = false;   // false: in-kernel aggregation
+const volatile bool unwind_tables = false; // walk user stacks with unwind_rows
 
 // Every distinct stack, keyed by its hash. The loader sizes max_entries from
 // the expected number of samples; a full map is counted in STAT_STACKS_FULL.
@@ -82,12 +83,43 @@ struct {
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
+// Every loaded binary's unwind rows, one sorted range per binary (user
+// space allocates them). 12 bytes a row; the loader sets max_entries from
+// --unwind-memory.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+// Processes whose user stacks are walked with unwind_rows: tgid -> its
+// executable mappings. 4 KiB each, allocated as used; a process without an
+// entry gets the kernel's frame pointer walk.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_procs SEC(".maps");
+
+// Processes that ran code outside their listed mappings (a library loaded
+// after start), as struct new_proc: user space lists them again. At most one
+// per process until it does.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} stale_procs SEC(".maps");
+
 __u32 generation = 0;
 
 // Force BTF for the types user space decodes.
 const struct sample_event *unused_sample_event __attribute__((unused));
 const struct new_proc *unused_new_proc __attribute__((unused));
 const enum sampler_stat *unused_sampler_stat __attribute__((unused));
+const struct unwind_proc *unused_unwind_proc __attribute__((unused));
+const enum cfa_kind *unused_cfa_kind __attribute__((unused));
 
 // user_mode reports a tick that interrupted user code: it has no kernel
 // stack, and asking for one still costs the helper's setup (x86: the
@@ -193,6 +225,208 @@ static __always_inline __u64 get_stack(struct bpf_perf_event_data *ctx, struct s
 	return hash_ips(s->ips, s->len, MAX_STACK_DEPTH);
 }
 
+// The DWARF walker. One bpf_loop iteration a frame keeps the verifier's work
+// independent of the depth; the searches inside are bounded loops.
+
+// Binary search steps: enough for MAX_UNWIND_MAPPINGS mappings and for
+// 1 << 24 rows in one binary (user space refuses larger tables).
+#define MAPPING_SEARCH_STEPS 8
+#define ROW_SEARCH_STEPS 24
+
+// Where a signal handler's frame keeps the interrupted registers: the
+// kernel's struct rt_sigframe puts a struct ucontext at the handler's CFA,
+// whose uc_mcontext (struct sigcontext) starts 40 bytes in.
+#define UC_RBP (40 + 80)
+#define UC_RSP (40 + 120)
+#define UC_RIP (40 + 128)
+
+struct walk {
+	__u64 ip, sp, bp;
+	__u64 *ips;
+	struct unwind_proc *proc;
+	__u32 tgid, generation;
+	__u32 n;
+	bool exact; // ip is where the code was, not a return address
+	bool complete;
+	bool fault;
+};
+
+static __always_inline bool read_user(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr) == 0;
+}
+
+// The searches below are branch-free: a fixed number of halvings, each
+// moving base by half or not by arithmetic, never by a jump. Branches would
+// give the verifier two paths an iteration to follow, and it took over a
+// second to load the program.
+
+// le is 1 when a <= b, else 0 (both below 2^63).
+static __always_inline __u64 le(__u64 a, __u64 b)
+{
+	return 1 - ((b - a) >> 63);
+}
+
+// find_mapping returns the mapping of p containing pc, or NULL.
+static __always_inline struct unwind_mapping *find_mapping(struct unwind_proc *p, __u64 pc)
+{
+	__u32 n = p->len;
+	if (n == 0 || n > MAX_UNWIND_MAPPINGS)
+		return NULL;
+	__u32 base = 0;
+	for (int i = 0; i < MAPPING_SEARCH_STEPS; i++) {
+		__u32 half = n / 2;
+		__u64 start = p->mappings[(base + half) & (MAX_UNWIND_MAPPINGS - 1)].start;
+		base += half & -(__u32)le(start, pc);
+		n -= half;
+	}
+	struct unwind_mapping *m = &p->mappings[base & (MAX_UNWIND_MAPPINGS - 1)];
+	return m->start <= pc && pc < m->end ? m : NULL;
+}
+
+// find_row returns m's row covering pc, or NULL when pc precedes them all.
+static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u64 pc)
+{
+	if (pc < m->base || pc - m->base > 0xffffffffULL)
+		return NULL;
+	__u32 rel = pc - m->base;
+	__u32 base = m->first, n = m->rows;
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		__u32 half = n / 2, mid = base + half;
+		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return NULL;
+		base += half & -(__u32)le(r->pc, rel);
+		n -= half;
+	}
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &base);
+	return r && r->pc <= rel ? r : NULL;
+}
+
+// mark_stale asks user space, once, to list w's process's mappings again.
+static __always_inline void mark_stale(struct walk *w)
+{
+	if (w->proc->stale)
+		return;
+	w->proc->stale = 1;
+	count(STAT_UNWIND_STALE);
+	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
+	if (!e)
+		return; // the flag stays set: user space finds it when it next lists
+	e->pid = w->tgid;
+	e->generation = w->generation;
+	bpf_ringbuf_submit(e, 0);
+}
+
+// walk_step records w's frame and moves w to its caller; 1 ends the walk.
+static long walk_step(__u64 i, void *arg)
+{
+	struct walk *w = arg;
+	__u32 n = w->n;
+	if (n >= MAX_STACK_DEPTH || w->ip == 0)
+		return 1;
+	w->ips[n] = w->ip;
+	w->n = n + 1;
+
+	// A return address is the instruction after the call, which may
+	// belong to the next function: look up the call's last byte.
+	__u64 pc = w->exact ? w->ip : w->ip - 1;
+	struct unwind_mapping *m = find_mapping(w->proc, pc);
+	struct unwind_row *r = NULL;
+	if (!m) {
+		if (n == 0) // the leaf is always real code, unlike a bad caller
+			mark_stale(w);
+	} else if (m->rows) {
+		r = find_row(m, pc);
+	}
+
+	// Frame pointers unless a row says otherwise: the caller's RBP at the
+	// frame's RBP, the return address above it.
+	__u64 cfa = w->bp + 16;
+	__s64 rbp_offset = -16;
+	__u8 kind = r ? r->cfa : CFA_UNDEFINED;
+	switch (kind) {
+	case CFA_END:
+		w->complete = true;
+		return 1;
+	case CFA_SIGNAL: {
+		__u64 uc = w->sp;
+		if (!read_user(&w->bp, uc + UC_RBP) || !read_user(&w->sp, uc + UC_RSP) ||
+		    !read_user(&w->ip, uc + UC_RIP)) {
+			w->fault = true;
+			return 1;
+		}
+		w->exact = true; // the interrupted instruction itself
+		return 0;
+	}
+	case CFA_RSP:
+		cfa = w->sp + r->cfa_offset;
+		rbp_offset = r->rbp_offset;
+		break;
+	case CFA_RBP:
+		cfa = w->bp + r->cfa_offset;
+		rbp_offset = r->rbp_offset;
+		break;
+	case CFA_PLT:
+		cfa = w->sp + 8 + ((w->ip & 15) >= (__u64)r->cfa_offset ? 8 : 0);
+		rbp_offset = r->rbp_offset;
+		break;
+	default:
+		if (w->bp < w->sp) // not a frame of this stack, as the kernel's walk judges
+			return 1;
+	}
+	// The caller's frame is above this one: a CFA below SP is garbage.
+	if (cfa <= w->sp)
+		return 1;
+	__u64 ra;
+	if (!read_user(&ra, cfa - 8) || (rbp_offset && !read_user(&w->bp, cfa + rbp_offset))) {
+		w->fault = true;
+		return 1;
+	}
+	w->sp = cfa;
+	w->ip = ra;
+	w->exact = false;
+	return 0;
+}
+
+// walk_user writes the current task's user stack to ips walking with unwind
+// tables, and returns its depth; -1 when its process has no tables (the
+// kernel's frame pointer walk applies).
+static __always_inline long walk_user(struct bpf_perf_event_data *ctx, struct task_struct *task,
+				      __u32 tgid, __u32 gen, __u64 *ips)
+{
+	if (!unwind_tables)
+		return -1;
+	// Generation 0: listed before its first sample, as the one process
+	// `flint record -p` samples is.
+	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!p || (p->generation && p->generation != gen))
+		return -1;
+	struct walk w = {.ips = ips, .proc = p, .tgid = tgid, .generation = gen, .exact = true};
+	if (user_mode(ctx)) {
+		// Loads at fixed offsets of the context, as the verifier wants.
+		w.ip = *(volatile __u64 *)&ctx->regs.ip;
+		w.sp = *(volatile __u64 *)&ctx->regs.sp;
+		w.bp = *(volatile __u64 *)&ctx->regs.bp;
+	} else {
+		if (!task->mm)
+			return 0; // a kernel thread
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		if (!regs)
+			return 0;
+		w.ip = regs->ip;
+		w.sp = regs->sp;
+		w.bp = regs->bp;
+	}
+	count(STAT_UNWIND_WALKS);
+	bpf_loop(MAX_STACK_DEPTH, walk_step, &w, 0);
+	if (w.complete)
+		count(STAT_UNWIND_COMPLETE);
+	if (w.fault)
+		count(STAT_UNWIND_FAULTS);
+	return w.n;
+}
+
 static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
 {
 	if (!hash)
@@ -203,6 +437,18 @@ static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
 	return hash;
 }
 
+// user_stack fills s with the user stack, by unwind tables when the
+// process has them, and returns its hash as get_stack does.
+static __always_inline __u64 user_stack(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					__u32 tgid, __u32 gen, struct stack_trace *s)
+{
+	long n = walk_user(ctx, task, tgid, gen, s->ips);
+	if (n < 0)
+		return get_stack(ctx, s, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
+	s->len = n;
+	return n ? hash_ips(s->ips, s->len, MAX_STACK_DEPTH) : 0;
+}
+
 static __always_inline void aggregate(struct sample_key *key)
 {
 	if (!add_one(&counts, key))
@@ -210,13 +456,18 @@ static __always_inline void aggregate(struct sample_key *key)
 }
 
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
-				 __u32 tgid)
+				 struct task_struct *task, __u32 tgid)
 {
-	long n = bpf_get_stack(ctx, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
-	if (n < 0) {
-		if (n != -EFAULT)
-			count(STAT_USER_STACK_ERR);
-		n = 0;
+	long n = walk_user(ctx, task, tgid, e->generation, e->ips);
+	if (n >= 0) {
+		n *= sizeof(__u64);
+	} else {
+		n = bpf_get_stack(ctx, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+		if (n < 0) {
+			if (n != -EFAULT)
+				count(STAT_USER_STACK_ERR);
+			n = 0;
+		}
 	}
 	__u32 user_len = n / sizeof(__u64);
 	e->user_len = user_len;
@@ -267,7 +518,7 @@ int sample(struct bpf_perf_event_data *ctx)
 		e->generation = gen;
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
-		emit(ctx, e, tgid);
+		emit(ctx, e, task, tgid);
 		return 0;
 	}
 
@@ -277,8 +528,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	key.generation = gen;
 	copy_comm(key.comm, task->group_leader->comm);
 	copy_comm(key.thread, task->comm);
-	key.user_stack =
-		store_stack(&sc->user, get_stack(ctx, &sc->user, BPF_F_USER_STACK, STAT_USER_STACK_ERR));
+	key.user_stack = store_stack(&sc->user, user_stack(ctx, task, tgid, gen, &sc->user));
 	if (kernel_stacks && !user_mode(ctx))
 		key.kernel_stack =
 			store_stack(&sc->kernel, get_stack(ctx, &sc->kernel, 0, STAT_KERNEL_STACK_ERR));

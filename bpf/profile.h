@@ -16,6 +16,10 @@ enum sampler_stat {
 	STAT_COUNTS_FULL,	// counts map full: sample lost
 	STAT_RINGBUF_FULL,	// ring buffer full: sample lost
 	STAT_PROC_EVENTS_LOST,	// new-process notification lost: naming may fail
+	STAT_UNWIND_WALKS,	// user stacks walked with unwind tables
+	STAT_UNWIND_COMPLETE,	// of those, walks that reached the outermost frame
+	STAT_UNWIND_FAULTS,	// of those, walks cut short by unreadable stack memory
+	STAT_UNWIND_STALE,	// samples in code outside a process's known mappings
 	STAT_MAX,
 };
 
@@ -50,6 +54,50 @@ struct sample_event {
 struct new_proc {
 	__u32 pid;
 	__u32 generation;
+};
+
+// DWARF-based unwinding (docs/UNWIND.md). User space turns each binary's
+// .eh_frame into rows, stores every binary's rows sorted by PC in one array,
+// and lists per process where each executable mapping's rows are.
+
+// How the canonical frame address (CFA) is found at a PC; the values are
+// unwind.CFAKind's.
+enum cfa_kind {
+	CFA_UNDEFINED, // no CFI here: frame pointers
+	CFA_RSP,       // CFA = RSP + cfa_offset
+	CFA_RBP,       // CFA = RBP + cfa_offset
+	CFA_PLT,       // CFA = RSP + 8, + 8 when (RIP & 15) >= cfa_offset
+	CFA_SIGNAL,    // a signal trampoline: the ucontext is at RSP
+	CFA_END,       // the outermost frame: the stack is complete
+};
+
+// One rule, from pc up to the next row's pc. The return address is at
+// CFA - 8 (x86-64 ABI); the caller's RBP at CFA + rbp_offset, unless 0.
+struct unwind_row {
+	__u32 pc; // from the mapping's base
+	__s32 cfa_offset;
+	__s16 rbp_offset;
+	__u8 cfa; // enum cfa_kind
+	__u8 pad;
+};
+
+// Executable mappings of one process, sorted by start, at most this many
+// (the rest are walked with frame pointers).
+#define MAX_UNWIND_MAPPINGS 128
+
+struct unwind_mapping {
+	__u64 start, end; // addresses in the process
+	__u64 base;	  // address of row pc 0
+	__u32 first;	  // index of the first row in unwind_rows
+	__u32 rows;	  // 0: no rows, frame pointers (Go, JIT, no CFI)
+};
+
+struct unwind_proc {
+	__u32 generation; // of the image the mappings belong to; 0: any
+	__u32 len;	  // mappings used
+	__u32 stale;	  // set by the walker when code ran outside mappings
+	__u32 pad;
+	struct unwind_mapping mappings[MAX_UNWIND_MAPPINGS];
 };
 
 #endif

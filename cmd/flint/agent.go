@@ -60,6 +60,9 @@ func (c *AgentConfig) Validate() error {
 	case c.SpoolMax < 1<<20:
 		return fmt.Errorf("--spool-max %d: below 1MB leaves no room for a window", c.SpoolMax)
 	}
+	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
+		return err
+	}
 	if c.Store == "" {
 		return nil
 	}
@@ -172,6 +175,7 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.StringVar(&c.Kubelet.CAFile, "kubelet-ca-file", kube.ServiceAccountCA, "`file` of the CA certificates that sign the kubelet's")
 	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure-tls", false, "accept any kubelet certificate (kubelets that sign their own)")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
+	unwindMemoryFlag(fs, &c.UnwindMemory)
 	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

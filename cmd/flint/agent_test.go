@@ -131,7 +131,7 @@ func (a *agentProc) get(t *testing.T, path string, q url.Values) []byte {
 	t.Helper()
 	resp, err := http.Get("http://" + a.addr + path + "?" + q.Encode())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; the agent said: %s", err, a.stderr)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)

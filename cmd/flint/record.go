@@ -33,6 +33,8 @@ type RecordConfig struct {
 	Format    profile.Format
 	NoKernel  bool
 	Transfer  sampler.Transfer
+	// UnwindMemory is kernel memory for unwind tables, bytes; 0: none.
+	UnwindMemory int64
 }
 
 // maxFrequency bounds -F: beyond it the timer handler would take a large
@@ -63,6 +65,9 @@ func (c *RecordConfig) Validate() error {
 		return fmt.Errorf("-d %s: duration must be between 1ms and %s", c.Duration, maxDuration)
 	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
 		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
+	}
+	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
+		return err
 	}
 	if c.Container != "" && strings.Trim(strings.ToLower(c.Container), "0123456789abcdef") != "" {
 		return fmt.Errorf("--container %q: a container ID is hexadecimal", c.Container)
@@ -121,7 +126,7 @@ func (f formatFlag) Set(s string) error {
 }
 
 func parseRecord(args []string) (*RecordConfig, error) {
-	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer}
+	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer, UnwindMemory: sampler.DefaultUnwindMemory}
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	// Errors are reported once, in one line, by main; -h prints the flags.
 	fs.SetOutput(io.Discard)
@@ -144,6 +149,7 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: ringbuf, or aggregate (in-kernel maps; for benchmarks)")
+	unwindMemoryFlag(fs, &c.UnwindMemory)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
@@ -160,6 +166,21 @@ func parseRecord(args []string) (*RecordConfig, error) {
 		return nil, usageError{err}
 	}
 	return c, nil
+}
+
+// unwindMemoryFlag defines --unwind-memory, shared by record and agent.
+func unwindMemoryFlag(fs *flag.FlagSet, n *int64) {
+	fs.Var(byteSize{n}, "unwind-memory", "kernel memory `size` for the unwind tables of code built without frame pointers (e.g. 64MB; 0: frame pointers only)")
+}
+
+// maxUnwindMemory keeps the unwind rows' index within 32 bits, with room.
+const maxUnwindMemory = 4 << 30
+
+func checkUnwindMemory(n int64) error {
+	if n < 0 || n > maxUnwindMemory {
+		return fmt.Errorf("--unwind-memory %d: must be between 0 and 4GiB", n)
+	}
+	return nil
 }
 
 type transferFlag struct{ t *sampler.Transfer }
@@ -197,6 +218,7 @@ func record(args []string) error {
 		Container:    c.Container,
 		KernelStacks: !c.NoKernel,
 		Transfer:     c.Transfer,
+		UnwindMemory: c.UnwindMemory,
 		Loaded: func() error {
 			_, err := dropPrivileges(privilege.Record, warnTo(os.Stderr))
 			return err

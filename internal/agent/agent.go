@@ -26,6 +26,7 @@ import (
 	"github.com/flint-dev/flint/internal/spool"
 	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/symbol"
+	"github.com/flint-dev/flint/internal/unwind"
 )
 
 // Options configure the agent.
@@ -63,6 +64,9 @@ type Options struct {
 	Kubelet kube.Options
 	// Transfer is the sampler's kernel-to-user path.
 	Transfer sampler.Transfer
+	// UnwindMemory is the kernel memory, in bytes, for the unwind tables
+	// of code built without frame pointers; 0 walks frame pointers only.
+	UnwindMemory int64
 	// DoctorEvery is how often flint doctor's detectors examine a window
 	// and store their findings; 0 never.
 	DoctorEvery time.Duration
@@ -77,15 +81,16 @@ type Options struct {
 // DefaultOptions are `flint agent` without flags.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:     "/var/lib/flint",
-		Frequency:   99,
-		Window:      10 * time.Second,
-		Retention:   7 * 24 * time.Hour,
-		MaxSize:     1 << 30,
-		SpoolMax:    spool.DefaultOptions("").MaxBytes,
-		API:         server.Endpoint{Addr: "127.0.0.1:7070"},
-		Transfer:    sampler.RingBuffer,
-		DoctorEvery: time.Minute,
+		DataDir:      "/var/lib/flint",
+		Frequency:    99,
+		Window:       10 * time.Second,
+		Retention:    7 * 24 * time.Hour,
+		MaxSize:      1 << 30,
+		SpoolMax:     spool.DefaultOptions("").MaxBytes,
+		API:          server.Endpoint{Addr: "127.0.0.1:7070"},
+		Transfer:     sampler.RingBuffer,
+		DoctorEvery:  time.Minute,
+		UnwindMemory: sampler.DefaultUnwindMemory,
 	}
 }
 
@@ -108,6 +113,7 @@ type Agent struct {
 	sampler *sampler.Sampler
 	sym     *symbol.Symbolizer
 	coll    *collect.Collector
+	unwind  *unwind.Tables    // nil with UnwindMemory 0
 	self    map[string]string // the agent's own labels
 	metrics metrics
 
@@ -189,11 +195,16 @@ func Run(ctx context.Context, o Options) error {
 		Transfer:     o.Transfer,
 		MaxStacks:    stacksPerWindow(o.Frequency, o.Window),
 		OnNewProc:    a.coll.NewProc,
+		UnwindRows:   collect.UnwindRows(o.UnwindMemory),
+		OnStale:      a.coll.Refresh,
 	})
 	if err != nil {
 		return err
 	}
 	defer a.sampler.Close()
+	if a.unwind = collect.StartUnwind(a.coll, a.sampler, collect.UnwindRows(o.UnwindMemory)); a.unwind != nil {
+		defer a.unwind.Close()
+	}
 	if o.Loaded != nil {
 		if err := o.Loaded(); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/spool"
+	"github.com/flint-dev/flint/internal/unwind"
 )
 
 // metrics are the agent's counters, read by /metrics from other goroutines.
@@ -67,6 +68,13 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		} {
 			fmt.Fprintf(w, "flint_samples_lost_total{reason=%q} %d\n", reason, n)
 		}
+		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)
+		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)
+		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)
+		gauge("flint_unwind_stale_total", "Times a process ran code outside the mappings its unwind tables list (a library loaded since).", "counter", st.UnwindStale)
+	}
+	if a.unwind != nil {
+		writeUnwindMetrics(w, a.unwind.Stats())
 	}
 	gauge("flint_samples_written_total", "Samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
 	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store.", "counter", a.metrics.windowsWritten.Load())
@@ -98,6 +106,27 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
 	}
 	gauge("flint_go_goroutines", "Goroutines of the agent.", "gauge", runtime.NumGoroutine())
+}
+
+// writeUnwindMetrics writes what the unwind tables hold and skipped.
+func writeUnwindMetrics(w io.Writer, st unwind.TableStats) {
+	gauge := metricWriter(w)
+	gauge("flint_unwind_processes", "Processes whose stacks are walked with unwind tables.", "gauge", st.Processes)
+	gauge("flint_unwind_binaries", "Binaries whose unwind tables are loaded.", "gauge", st.Binaries)
+	gauge("flint_unwind_rows", "Unwind rows loaded.", "gauge", st.RowsUsed)
+	gauge("flint_unwind_rows_capacity", "Unwind rows --unwind-memory holds.", "gauge", st.Capacity)
+	gauge("flint_unwind_tables_built_total", "Binaries whose call frame information was read.", "counter", st.Built)
+	gauge("flint_unwind_build_seconds_total", "Time spent reading call frame information.", "counter", st.BuildTime.Seconds())
+	fmt.Fprintf(w, "# HELP flint_unwind_skipped_total Binaries or processes left to frame pointers, by reason.\n# TYPE flint_unwind_skipped_total counter\n")
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{
+		{"no_cfi", st.NoCFI}, {"malformed", st.Malformed}, {"over_budget", st.OverBudget},
+		{"too_large", st.Unusable}, {"queue_full", st.Dropped},
+	} {
+		fmt.Fprintf(w, "flint_unwind_skipped_total{reason=%q} %d\n", r.reason, r.n)
+	}
 }
 
 // metricWriter returns a function writing one metric without labels to w.

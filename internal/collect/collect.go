@@ -19,9 +19,10 @@ import (
 
 // Collector knows the processes the sampler has seen and names samples.
 type Collector struct {
-	sym   *symbol.Symbolizer
-	node  string
-	namer Namer
+	sym      *symbol.Symbolizer
+	node     string
+	namer    Namer
+	unwinder Unwinder
 
 	mu      sync.Mutex
 	procs   map[procKey]*procEntry
@@ -68,6 +69,24 @@ type Namer interface {
 // before the first Profile.
 func (c *Collector) SetNamer(n Namer) { c.namer = n }
 
+// Unwinder walks the stacks of the processes it learns without frame
+// pointers (unwind.Tables). Neither method may block.
+type Unwinder interface {
+	Learn(p *proc.Process, generation uint32)
+	Forget(pid, generation uint32)
+}
+
+// SetUnwinder hands u every process image the Collector knows and learns
+// from now on.
+func (c *Collector) SetUnwinder(u Unwinder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unwinder = u
+	for k, e := range c.procs {
+		u.Learn(e.p, k.generation)
+	}
+}
+
 // NewProc snapshots a process the sampler just saw for the first time; it
 // is the sampler's OnNewProc callback. With maxProcs processes known it
 // learns none (Stats counts them): their samples keep the names the kernel
@@ -88,9 +107,53 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	}
 	c.sym.Learn(p)
 	c.mu.Lock()
+	if c.unwinder != nil {
+		c.unwinder.Learn(p, generation)
+	}
 	c.procs[procKey{pid, generation}] = &procEntry{p: p}
 	c.countFiles(p.Mappings, 1)
 	c.mu.Unlock()
+}
+
+// Refresh reads the mappings of a known process image again, after it
+// ran code outside them (a library loaded since it was learned); it is the
+// sampler's OnStale callback.
+func (c *Collector) Refresh(pid, generation uint32) {
+	k := procKey{pid, generation}
+	if p := c.entry(k); p != nil {
+		c.reread(k, p)
+	}
+}
+
+// reread replaces the snapshot p of process image k by one with the
+// process's current mappings and returns it; nil when the process is gone.
+// Profiles being built keep the snapshot they hold.
+func (c *Collector) reread(k procKey, p *proc.Process) *proc.Process {
+	fresh, err := proc.Read(int(k.pid))
+	if err != nil || fresh.StartTime != p.StartTime {
+		return nil
+	}
+	c.sym.Learn(fresh)
+	// JIT code may be what is new; Read learns the namespace PID that
+	// names its map only once there is some.
+	next := *p
+	next.Mappings, next.NSPID = fresh.Mappings, fresh.NSPID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.procs[k]
+	if e == nil {
+		return nil
+	}
+	if e.p != p {
+		return e.p // read again already
+	}
+	if c.unwinder != nil {
+		c.unwinder.Learn(&next, k.generation)
+	}
+	c.countFiles(p.Mappings, -1)
+	c.countFiles(next.Mappings, 1)
+	e.p = &next
+	return &next
 }
 
 // countFiles adds delta to the mappings counted per file; adding, it makes
@@ -170,6 +233,9 @@ func (c *Collector) Forget(round uint64) {
 		if e := c.procs[k]; e != nil {
 			c.countFiles(e.p.Mappings, -1)
 			delete(c.procs, k)
+			if c.unwinder != nil {
+				c.unwinder.Forget(k.pid, k.generation)
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -447,16 +513,8 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		// The address may be in a library loaded after the process was
 		// first seen: re-read its mappings once.
 		b.refreshed[k] = true
-		if fresh, err := proc.Read(int(k.pid)); err == nil && fresh.StartTime == p.StartTime {
-			b.c.sym.Learn(fresh)
-			b.c.mu.Lock()
-			b.c.countFiles(p.Mappings, -1)
-			// JIT code may be what is new; Read learns the namespace
-			// PID that names its map only once there is some.
-			p.Mappings, p.NSPID = fresh.Mappings, fresh.NSPID
-			b.c.countFiles(p.Mappings, 1)
-			b.c.mu.Unlock()
-			frames, m = b.c.sym.User(p, addr, isReturn)
+		if fresh := b.c.reread(k, p); fresh != nil {
+			frames, m = b.c.sym.User(fresh, addr, isReturn)
 		}
 	}
 	l := &profile.Location{Address: addr, Frames: frames}

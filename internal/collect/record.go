@@ -24,6 +24,9 @@ type RecordOptions struct {
 	Container    string
 	KernelStacks bool
 	Transfer     sampler.Transfer
+	// UnwindMemory is the kernel memory, in bytes, for the unwind tables
+	// of code built without frame pointers; 0 walks frame pointers only.
+	UnwindMemory int64
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 	// Loaded, if set, runs once the sampler is loaded and attached, before
@@ -74,11 +77,28 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		Transfer:     o.Transfer,
 		MaxStacks:    stackCapacity(o.Frequency, o.Duration),
 		OnNewProc:    c.NewProc,
+		UnwindRows:   UnwindRows(o.UnwindMemory),
+		OnStale:      c.Refresh,
+		Paused:       true,
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	if t := StartUnwind(c, s, UnwindRows(o.UnwindMemory)); t != nil {
+		defer t.Close()
+		if o.PID != 0 {
+			// Its tables before its first sample, not a few
+			// milliseconds after.
+			if p, err := proc.Read(o.PID); err == nil {
+				t.Learn(p, 0)
+				t.Flush()
+			}
+		}
+	}
+	if err := s.Resume(); err != nil {
+		return nil, err
+	}
 	if o.Loaded != nil {
 		if err := o.Loaded(); err != nil {
 			return nil, err

@@ -72,6 +72,10 @@ func buildFixtures(t *testing.T) map[string]string {
 			"go":          {"go", "build", "-o", "OUT", src + "/spin-go"},
 			"go-stripped": {"go", "build", "-ldflags=-s -w", "-o", "OUT", src + "/spin-go"},
 			"go-pie":      {"go", "build", "-buildmode=pie", "-o", "OUT", src + "/spin-go"},
+			// Built as distributions build: no frame pointers.
+			"nofp":        {"gcc", "-O2", "-fomit-frame-pointer", "-rdynamic", "-o", "OUT", src + "/nofp/nofp.c"},
+			"nofp-plugin": {"gcc", "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", "OUT", src + "/nofp/plugin.c"},
+			"nofp-cc":     {"g++", "-O2", "-fomit-frame-pointer", "-o", "OUT", src + "/nofp/nofp.cc"},
 		}
 		fixtures = map[string]string{}
 		for name, argv := range builds {
@@ -86,8 +90,10 @@ func buildFixtures(t *testing.T) map[string]string {
 		}
 	})
 	if fixturesErr != nil {
-		if _, err := exec.LookPath("gcc"); err != nil {
-			t.Skip("needs gcc to build the C fixtures (make deps installs it)")
+		for _, cc := range []string{"gcc", "g++"} {
+			if _, err := exec.LookPath(cc); err != nil {
+				t.Skipf("needs %s to build the fixtures (make deps installs it)", cc)
+			}
 		}
 		t.Fatal(fixturesErr)
 	}
@@ -123,6 +129,7 @@ func record(t *testing.T, o RecordOptions, done func(Progress) bool) *Result {
 	}
 	o.Duration = maxWall
 	o.KernelStacks = true
+	o.UnwindMemory = sampler.DefaultUnwindMemory
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o.Progress = func(p Progress) {

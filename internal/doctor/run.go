@@ -12,6 +12,7 @@ import (
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/symbol"
 	"github.com/flint-dev/flint/internal/tracefs"
 )
@@ -68,6 +69,7 @@ func Run(ctx context.Context, o Options) ([]Finding, *Data, error) {
 		PID:          o.PID,
 		Container:    o.Container,
 		KernelStacks: true,
+		UnwindMemory: sampler.DefaultUnwindMemory,
 		Progress:     o.Progress,
 		Loaded:       o.Loaded,
 	})

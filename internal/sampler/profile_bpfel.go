@@ -13,6 +13,17 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profileCfaKind uint32
+
+const (
+	profileCfaKindCFA_UNDEFINED profileCfaKind = 0
+	profileCfaKindCFA_RSP       profileCfaKind = 1
+	profileCfaKindCFA_RBP       profileCfaKind = 2
+	profileCfaKindCFA_PLT       profileCfaKind = 3
+	profileCfaKindCFA_SIGNAL    profileCfaKind = 4
+	profileCfaKindCFA_END       profileCfaKind = 5
+)
+
 type profileGenCache struct {
 	_          structs.HostLayout
 	Epoch      uint64
@@ -60,7 +71,11 @@ const (
 	profileSamplerStatSTAT_COUNTS_FULL      profileSamplerStat = 4
 	profileSamplerStatSTAT_RINGBUF_FULL     profileSamplerStat = 5
 	profileSamplerStatSTAT_PROC_EVENTS_LOST profileSamplerStat = 6
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 7
+	profileSamplerStatSTAT_UNWIND_WALKS     profileSamplerStat = 7
+	profileSamplerStatSTAT_UNWIND_COMPLETE  profileSamplerStat = 8
+	profileSamplerStatSTAT_UNWIND_FAULTS    profileSamplerStat = 9
+	profileSamplerStatSTAT_UNWIND_STALE     profileSamplerStat = 10
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 11
 )
 
 type profileScratch struct {
@@ -77,6 +92,31 @@ type profileStackTrace struct {
 	Ips [127]uint64
 }
 
+type profileUnwindProc struct {
+	_          structs.HostLayout
+	Generation uint32
+	Len        uint32
+	Stale      uint32
+	Pad        uint32
+	Mappings   [128]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Base  uint64
+		First uint32
+		Rows  uint32
+	}
+}
+
+type profileUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	RbpOffset int16
+	Cfa       uint8
+	Pad       uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -88,7 +128,10 @@ const (
 	profileMapSamples           = "samples"
 	profileMapScratch           = "scratch"
 	profileMapStacks            = "stacks"
+	profileMapStaleProcs        = "stale_procs"
 	profileMapStats             = "stats"
+	profileMapUnwindProcs       = "unwind_procs"
+	profileMapUnwindRows        = "unwind_rows"
 	profileProgOnExec           = "on_exec"
 	profileProgOnFork           = "on_fork"
 	profileProgSample           = "sample"
@@ -96,9 +139,12 @@ const (
 	profileVarKernelStacks      = "kernel_stacks"
 	profileVarProcEpoch         = "proc_epoch"
 	profileVarTargetTgid        = "target_tgid"
+	profileVarUnusedCfaKind     = "unused_cfa_kind"
 	profileVarUnusedNewProc     = "unused_new_proc"
 	profileVarUnusedSampleEvent = "unused_sample_event"
 	profileVarUnusedSamplerStat = "unused_sampler_stat"
+	profileVarUnusedUnwindProc  = "unused_unwind_proc"
+	profileVarUnwindTables      = "unwind_tables"
 	profileVarUseRingbuf        = "use_ringbuf"
 )
 
@@ -153,14 +199,17 @@ type profileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileMapSpecs struct {
-	Counts     *ebpf.MapSpec `ebpf:"counts"`
-	KnownProcs *ebpf.MapSpec `ebpf:"known_procs"`
-	LastProc   *ebpf.MapSpec `ebpf:"last_proc"`
-	ProcEvents *ebpf.MapSpec `ebpf:"proc_events"`
-	Samples    *ebpf.MapSpec `ebpf:"samples"`
-	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
-	Stacks     *ebpf.MapSpec `ebpf:"stacks"`
-	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	Counts      *ebpf.MapSpec `ebpf:"counts"`
+	KnownProcs  *ebpf.MapSpec `ebpf:"known_procs"`
+	LastProc    *ebpf.MapSpec `ebpf:"last_proc"`
+	ProcEvents  *ebpf.MapSpec `ebpf:"proc_events"`
+	Samples     *ebpf.MapSpec `ebpf:"samples"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
+	StaleProcs  *ebpf.MapSpec `ebpf:"stale_procs"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -171,9 +220,12 @@ type profileVariableSpecs struct {
 	KernelStacks      *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	ProcEpoch         *ebpf.VariableSpec `ebpf:"proc_epoch"`
 	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedCfaKind     *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
 	UnusedNewProc     *ebpf.VariableSpec `ebpf:"unused_new_proc"`
 	UnusedSampleEvent *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedSamplerStat *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc  *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
 	UseRingbuf        *ebpf.VariableSpec `ebpf:"use_ringbuf"`
 }
 
@@ -197,14 +249,17 @@ func (o *profileObjects) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileMaps struct {
-	Counts     *ebpf.Map `ebpf:"counts"`
-	KnownProcs *ebpf.Map `ebpf:"known_procs"`
-	LastProc   *ebpf.Map `ebpf:"last_proc"`
-	ProcEvents *ebpf.Map `ebpf:"proc_events"`
-	Samples    *ebpf.Map `ebpf:"samples"`
-	Scratch    *ebpf.Map `ebpf:"scratch"`
-	Stacks     *ebpf.Map `ebpf:"stacks"`
-	Stats      *ebpf.Map `ebpf:"stats"`
+	Counts      *ebpf.Map `ebpf:"counts"`
+	KnownProcs  *ebpf.Map `ebpf:"known_procs"`
+	LastProc    *ebpf.Map `ebpf:"last_proc"`
+	ProcEvents  *ebpf.Map `ebpf:"proc_events"`
+	Samples     *ebpf.Map `ebpf:"samples"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
+	Stacks      *ebpf.Map `ebpf:"stacks"`
+	StaleProcs  *ebpf.Map `ebpf:"stale_procs"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profileMaps) Close() error {
@@ -216,7 +271,10 @@ func (m *profileMaps) Close() error {
 		m.Samples,
 		m.Scratch,
 		m.Stacks,
+		m.StaleProcs,
 		m.Stats,
+		m.UnwindProcs,
+		m.UnwindRows,
 	)
 }
 
@@ -228,9 +286,12 @@ type profileVariables struct {
 	KernelStacks      *ebpf.Variable `ebpf:"kernel_stacks"`
 	ProcEpoch         *ebpf.Variable `ebpf:"proc_epoch"`
 	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedCfaKind     *ebpf.Variable `ebpf:"unused_cfa_kind"`
 	UnusedNewProc     *ebpf.Variable `ebpf:"unused_new_proc"`
 	UnusedSampleEvent *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedSamplerStat *ebpf.Variable `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc  *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
 	UseRingbuf        *ebpf.Variable `ebpf:"use_ringbuf"`
 }
 

@@ -74,6 +74,18 @@ type Options struct {
 	// tells images of one PID apart. It should read what it needs from
 	// /proc quickly: the process may be short-lived.
 	OnNewProc func(pid, generation uint32)
+	// UnwindRows is how many unwind rows (12 bytes each, kernel memory
+	// allocated at load) the sampler holds for walking user stacks of code
+	// built without frame pointers; 0 leaves every user stack to the
+	// kernel's frame pointer walk. See SetUnwind.
+	UnwindRows int
+	// OnStale is called, from a goroutine of the sampler, when a process
+	// with unwind mappings (SetUnwind) ran code outside them: it loaded a
+	// library since. It is called once until SetUnwind lists the process
+	// again.
+	OnStale func(pid, generation uint32)
+	// Paused loads and attaches without sampling until Resume.
+	Paused bool
 }
 
 // Sample is one distinct (process image, thread, stacks) and how often it
@@ -97,7 +109,13 @@ type Stats struct {
 	Samples, UserStackErrors, KernelStackErrors uint64
 	StacksFull, CountsFull, RingBufFull         uint64
 	ProcEventsLost                              uint64
-	PerCPU                                      [][]uint64 // [cpu][stat]
+	// User stacks walked with unwind tables; of those, walks that reached
+	// the outermost frame, and walks cut short by unreadable memory.
+	UnwindWalks, UnwindComplete, UnwindFaults uint64
+	// UnwindStale counts processes found running code outside their
+	// unwind mappings.
+	UnwindStale uint64
+	PerCPU      [][]uint64 // [cpu][stat]
 }
 
 // Dropped is the number of samples lost entirely.
@@ -111,6 +129,7 @@ type Sampler struct {
 	links   []link.Link
 	tps     []link.Link
 	procs   *ringbuf.Reader
+	stale   *ringbuf.Reader
 	samples *ringbuf.Reader
 	wg      sync.WaitGroup
 
@@ -144,6 +163,7 @@ func Start(opts Options) (*Sampler, error) {
 		"target_tgid":   uint32(opts.PID),
 		"kernel_stacks": opts.KernelStacks,
 		"use_ringbuf":   opts.Transfer == RingBuffer,
+		"unwind_tables": opts.UnwindRows > 0,
 	}
 	for name, v := range consts {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -159,6 +179,11 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["stacks"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
+	}
+	if opts.UnwindRows > 0 {
+		spec.Maps["unwind_rows"].MaxEntries = uint32(opts.UnwindRows)
+	} else {
+		spec.Maps["unwind_procs"].MaxEntries = 1
 	}
 	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
@@ -188,8 +213,12 @@ func (s *Sampler) start() error {
 	if s.procs, err = ringbuf.NewReader(s.objs.ProcEvents); err != nil {
 		return fmt.Errorf("open process events: %w", err)
 	}
-	s.wg.Add(1)
-	go s.readProcs()
+	if s.stale, err = ringbuf.NewReader(s.objs.StaleProcs); err != nil {
+		return fmt.Errorf("open stale process events: %w", err)
+	}
+	s.wg.Add(2)
+	go s.readProcs(s.procs, s.opts.OnNewProc)
+	go s.readProcs(s.stale, s.opts.OnStale)
 	if s.opts.Transfer == RingBuffer {
 		if s.samples, err = ringbuf.NewReader(s.objs.Samples); err != nil {
 			return fmt.Errorf("open sample ring buffer: %w", err)
@@ -211,6 +240,14 @@ func (s *Sampler) start() error {
 			return err
 		}
 	}
+	if s.opts.Paused {
+		return nil
+	}
+	return s.Resume()
+}
+
+// Resume starts sampling after Start with Options.Paused, or Stop.
+func (s *Sampler) Resume() error {
 	for _, fd := range s.events {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			return fmt.Errorf("enable perf event: %w", err)
@@ -244,11 +281,12 @@ func (s *Sampler) attach(cpu int) error {
 	return nil
 }
 
-func (s *Sampler) readProcs() {
+// readProcs calls notify with each process event r delivers until r closes.
+func (s *Sampler) readProcs(r *ringbuf.Reader, notify func(pid, generation uint32)) {
 	defer s.wg.Done()
 	var rec ringbuf.Record
 	for {
-		if err := s.procs.ReadInto(&rec); err != nil {
+		if err := r.ReadInto(&rec); err != nil {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return
 			}
@@ -258,8 +296,8 @@ func (s *Sampler) readProcs() {
 		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &ev); err != nil {
 			continue
 		}
-		if s.opts.OnNewProc != nil {
-			s.opts.OnNewProc(ev.Pid, ev.Generation)
+		if notify != nil {
+			notify(ev.Pid, ev.Generation)
 		}
 	}
 }
@@ -283,13 +321,13 @@ func (s *Sampler) Close() error {
 		unix.Close(fd)
 	}
 	s.events = nil
-	for _, r := range []*ringbuf.Reader{s.procs, s.samples} {
+	for _, r := range []*ringbuf.Reader{s.procs, s.stale, s.samples} {
 		if r != nil {
 			r.Close()
 		}
 	}
 	s.wg.Wait()
-	s.procs, s.samples = nil, nil
+	s.procs, s.stale, s.samples = nil, nil, nil
 	return s.objs.Close()
 }
 
@@ -326,6 +364,10 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.CountsFull += c[profileSamplerStatSTAT_COUNTS_FULL]
 		st.RingBufFull += c[profileSamplerStatSTAT_RINGBUF_FULL]
 		st.ProcEventsLost += c[profileSamplerStatSTAT_PROC_EVENTS_LOST]
+		st.UnwindWalks += c[profileSamplerStatSTAT_UNWIND_WALKS]
+		st.UnwindComplete += c[profileSamplerStatSTAT_UNWIND_COMPLETE]
+		st.UnwindFaults += c[profileSamplerStatSTAT_UNWIND_FAULTS]
+		st.UnwindStale += c[profileSamplerStatSTAT_UNWIND_STALE]
 	}
 	return st, nil
 }

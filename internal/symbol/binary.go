@@ -4,13 +4,15 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
+
+	"github.com/flint-dev/flint/internal/proc"
 )
 
 // Binary is the naming data of one executable or shared library, parsed
 // once and shared by every process that maps it.
 type Binary struct {
 	BuildID  string
-	segments []segment
+	segments Layout
 	goTable  *GoTable // nil unless a Go binary
 	// elf names what the Go table does not (cgo, assembly without
 	// pclntab entries) and everything in other binaries. In a Go binary it
@@ -28,6 +30,21 @@ type segment struct {
 	exec             bool
 }
 
+// Layout is where an ELF file's loadable segments go: what a mapping of
+// the file needs to tell its load bias (Bias).
+type Layout []segment
+
+// Segments returns the layout of f.
+func Segments(f *elf.File) Layout {
+	var l Layout
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
+			l = append(l, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz, exec: p.Flags&elf.PF_X != 0})
+		}
+	}
+	return l
+}
+
 // OpenBinary parses the ELF file r. The tables may read r lazily, so r must
 // stay open as long as the Binary is used.
 func OpenBinary(r io.ReaderAt) (*Binary, error) {
@@ -35,12 +52,7 @@ func OpenBinary(r io.ReaderAt) (*Binary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read ELF: %w", err)
 	}
-	b := &Binary{BuildID: BuildID(f)}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
-			b.segments = append(b.segments, segment{off: p.Off, vaddr: p.Vaddr, size: p.Filesz, exec: p.Flags&elf.PF_X != 0})
-		}
-	}
+	b := &Binary{BuildID: BuildID(f), segments: Segments(f)}
 	// A damaged pclntab (an error other than ErrNotGo) leaves the ELF
 	// symbols to do what they can.
 	b.goTable, _ = OpenGo(f)
@@ -64,16 +76,17 @@ func (b *Binary) Addr(fileOffset uint64) (uint64, bool) {
 	return 0, false
 }
 
-// bias returns how far a mapping of file bytes [off, off+size) was loaded
-// from where the binary was linked: the mapping's start minus the virtual
-// address its first byte has in the segment it maps. A page may hold the
-// end of one segment and the start of the next (lld packs them), so the
-// executable segment the mapping overlaps is the one, as Addr finds for
-// any address of code.
-func (b *Binary) bias(start, off, size uint64) (uint64, bool) {
+// Bias returns how far mapping m of the file was loaded from where the
+// binary was linked: the mapping's start minus the virtual address its
+// first byte has in the segment it maps. A page may hold the end of one
+// segment and the start of the next (lld packs them), so the executable
+// segment the mapping overlaps is the one, as Addr finds for any address
+// of code.
+func (l Layout) Bias(m *proc.Mapping) (uint64, bool) {
+	start, off, size := m.Start, m.Offset, m.End-m.Start
 	var found *segment
-	for i := range b.segments {
-		s := &b.segments[i]
+	for i := range l {
+		s := &l[i]
 		if off < s.off+s.size && s.off < off+size && (found == nil || s.exec && !found.exec) {
 			found = s
 		}

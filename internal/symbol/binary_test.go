@@ -1,6 +1,10 @@
 package symbol
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/flint-dev/flint/internal/proc"
+)
 
 // TestBiasMatchesAddr checks that a mapping's bias turns every runtime
 // address of code into the link-time address Addr gives its file offset,
@@ -9,7 +13,7 @@ import "testing"
 func TestBiasMatchesAddr(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		segments []segment
+		segments Layout
 		off      uint64 // the executable mapping's file offset
 	}{
 		{"page-aligned (GNU ld)", []segment{{off: 0, vaddr: 0, size: 0x1000}, {off: 0x1000, vaddr: 0x1000, size: 0x3000, exec: true}}, 0x1000},
@@ -18,7 +22,7 @@ func TestBiasMatchesAddr(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Binary{segments: tc.segments}
 			const start, size = 0x7f0000000000, 0x4000
-			bias, ok := b.bias(start, tc.off, size)
+			bias, ok := b.segments.Bias(&proc.Mapping{Start: start, End: start + size, Offset: tc.off})
 			if !ok {
 				t.Fatal("no segment")
 			}

@@ -267,7 +267,7 @@ func (s *Symbolizer) Bias(m *proc.Mapping) (bias uint64, ok bool) {
 	if bin == nil {
 		return 0, false
 	}
-	return bin.bias(m.Start, m.Offset, m.End-m.Start)
+	return bin.segments.Bias(m)
 }
 
 // BuildID returns the build ID of a learned file, "" if unknown. It reads
@@ -362,6 +362,16 @@ func (s *Symbolizer) vdsoBinary() *Binary {
 // readOwnVDSO parses flint's own vDSO: the kernel maps the same image into
 // every process.
 func readOwnVDSO() (*Binary, error) {
+	image, err := VDSOImage()
+	if err != nil {
+		return nil, err
+	}
+	return OpenBinary(bytes.NewReader(image))
+}
+
+// VDSOImage returns a copy of flint's own vDSO, the ELF image the kernel
+// maps into every process as [vdso].
+func VDSOImage() ([]byte, error) {
 	self, err := proc.Read(os.Getpid())
 	if err != nil {
 		return nil, err
@@ -379,7 +389,7 @@ func readOwnVDSO() (*Binary, error) {
 		if _, err := mem.ReadAt(image, int64(m.Start)); err != nil {
 			return nil, fmt.Errorf("read vdso: %w", err)
 		}
-		return OpenBinary(bytes.NewReader(image))
+		return image, nil
 	}
 	return nil, fmt.Errorf("no vdso mapped")
 }

@@ -26,9 +26,9 @@ const (
 // Row is the unwind rule from PC up to the next row's PC.
 type Row struct {
 	PC        uint64 // ELF virtual address (file address, not runtime address)
-	CFA       CFAKind
 	CFAOffset int32
 	RBPOffset int16 // the caller's RBP is saved at CFA + RBPOffset; 0: RBP still holds the caller's value
+	CFA       CFAKind
 }
 
 // Stats counts what Parse met and could not express.

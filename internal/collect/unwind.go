@@ -1,0 +1,28 @@
+package collect
+
+import (
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/unwind"
+)
+
+// UnwindRows is how many unwind rows a budget of memory bytes holds.
+func UnwindRows(memory int64) int {
+	return int(memory / int64(sampler.UnwindRowSize))
+}
+
+// StartUnwind makes s walk the stacks of the processes c learns with
+// unwind tables, when s was started with rows for them; nil otherwise.
+// Start s with OnStale: c.Refresh.
+func StartUnwind(c *Collector, s *sampler.Sampler, rows int) *unwind.Tables {
+	if rows == 0 {
+		return nil
+	}
+	t := unwind.New(s, unwind.Options{
+		Rows:        rows,
+		MaxMappings: sampler.MaxUnwindMappings,
+		Open:        proc.Open,
+	})
+	c.SetUnwinder(t)
+	return t
+}

@@ -1,0 +1,389 @@
+package collect
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
+)
+
+// nofpPaths are the stacks of testdata/fixtures/nofp/nofp.c, as the
+// functions of the fixture and its plugin in them from main down (the
+// libc frames between them differ from one qsort or raise to the next),
+// and the share of samples each should take, in percent (func_b's 30% falls
+// between compare and qsort's own code). The recursion is 41 frames.
+var nofpPaths = map[string]float64{
+	"main;func_a;" + strings.Repeat("recurse;", 40) + "recurse": 50,
+	"main;func_c;plugin_burn":                                   10,
+	"main;func_c;on_signal":                                     10,
+}
+
+// nofpFuncs are the fixture's own functions: fixturePath keeps these.
+var nofpFuncs = map[string]bool{
+	"main": true, "func_a": true, "func_b": true, "func_c": true, "recurse": true,
+	"compare": true, "plugin_burn": true, "spin": true, "on_signal": true,
+}
+
+// TestRecordWithoutFramePointers records C and C++ fixtures built without
+// frame pointers, whose work runs inside libc, libstdc++, libgcc_s, a
+// library loaded after the first sample and a signal handler: the CPU
+// split holds and at least 99% of the stacks reach main, which takes
+// walking the binaries' unwind tables.
+func TestRecordWithoutFramePointers(t *testing.T) {
+	requireRoot(t)
+	fx := buildFixtures(t)
+	t.Run("c", func(t *testing.T) {
+		cmd := startFixture(t, fx["nofp"], fx["nofp-plugin"], "60")
+		p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
+		checkSplit(t, p, byPID(cmd.Process.Pid), cFuncs, "main")
+		got, _, _ := shares(p, byPID(cmd.Process.Pid), []string{"plugin_burn", "on_signal"}, "main")
+		for i, fn := range []string{"plugin_burn", "on_signal"} {
+			if math.Abs(got[i]-10) > tolerance {
+				t.Errorf("%s: %.1f%% of samples, want 10%% ± %.0f", fn, got[i], tolerance)
+			}
+		}
+		paths := fixturePaths(flintStacks(p))
+		for path, want := range nofpPaths {
+			if got := paths[path]; math.Abs(got-want) > 2*tolerance {
+				t.Errorf("%.1f%% of stacks are %s, want about %.0f%%", got, path, want)
+			}
+		}
+	})
+	t.Run("c++", func(t *testing.T) {
+		cmd := startFixture(t, fx["nofp-cc"], "60")
+		p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
+		checkSplit(t, p, byPID(cmd.Process.Pid), cFuncs, "main")
+	})
+}
+
+// TestRecordLikePerfDWARF records the C fixture with flint, then with
+// `perf record --call-graph dwarf`, which copies each sample's stack and
+// unwinds it afterwards with the same tables: the paths through the
+// fixture's functions take the same shares within 3 points.
+func TestRecordLikePerfDWARF(t *testing.T) {
+	requireRoot(t)
+	requireTools(t, "perf")
+	fx := buildFixtures(t)
+	cmd := startFixture(t, fx["nofp"], fx["nofp-plugin"], "60")
+	p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
+	theirs, _ := startPerf(t, cmd.Process.Pid, 3*time.Second, testFreq)()
+	compareShares(t, fixturePaths(flintStacks(p)), fixturePaths(theirs), nil)
+}
+
+// TestRecordRedisLikePerfDWARF records Debian's redis-server, built
+// without frame pointers like the rest of the distribution, under a steady
+// redis-benchmark load, with flint and at the same time with `perf record
+// --call-graph dwarf`: at least 95% of flint's stacks reach main, and the
+// 10 functions of redis-server with the most inclusive time by perf's
+// account take the same share in flint's within 3 points, compared over
+// the same leaves (sameLeaves). perf samples at 199 Hz: at 997 Hz its
+// copying of 8 KiB a sample slows the load so much that the mix it
+// measures is another (beforeSleep, the replies' write(), went from 51% to
+// 67% of flint's samples with it running).
+func TestRecordRedisLikePerfDWARF(t *testing.T) {
+	requireRoot(t)
+	requireTools(t, "perf", "redis-server", "redis-benchmark")
+	port := strconv.Itoa(freePort(t))
+	server := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server does not answer on port %s: %v", port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// One command for good: a mix that changes (-t get,set, or -l
+	// reconnecting) is another workload from one second to the next.
+	bench := exec.Command("redis-benchmark", "-p", port, "-q", "-c", "20", "-P", "4", "-t", "get", "-n", "1000000000")
+	if err := bench.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bench.Process.Kill(); bench.Wait() })
+	time.Sleep(time.Second) // past the connections' set-up
+
+	const d = 15 * time.Second
+	pid := server.Process.Pid
+	perf := startPerf(t, pid, d+time.Second, 199)
+	p := record(t, RecordOptions{PID: pid}, func(p Progress) bool { return p.Elapsed >= d }).Profile
+	ours := flintStacks(p)
+	theirs, dsos := perf()
+
+	reachMain, total := int64(0), int64(0)
+	for _, s := range ours {
+		total += s.count
+		if slices.Contains(s.frames, "main") {
+			reachMain += s.count
+		}
+	}
+	if total == 0 {
+		t.Fatal("no samples of redis-server")
+	}
+	if share := 100 * float64(reachMain) / float64(total); share < 95 {
+		t.Errorf("%.1f%% of %d stacks reach main, want ≥ 95%%", share, total)
+	} else {
+		t.Logf("%.1f%% of %d stacks reach main", share, total)
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := map[string]bool{} // redis-server's named functions
+	for name, dso := range dsos {
+		if dso == exe && !strings.HasPrefix(name, "[") {
+			own[name] = true
+		}
+	}
+	ourShares, theirShares := sameLeaves(ours, theirs, own)
+	var top []string
+	for name := range own {
+		top = append(top, name)
+	}
+	sort.Slice(top, func(i, j int) bool { return theirShares[top[i]] > theirShares[top[j]] })
+	t.Logf("%d samples by flint, %d by perf", total, len(theirs))
+	compareShares(t, ourShares, theirShares, top[:min(10, len(top))])
+}
+
+// sameLeaves returns the inclusive shares of functions in two profiles of
+// one program as if both had sampled the same places: each profile's
+// stacks are grouped by their deepest function of own (the anchor), and
+// theirs is weighed by our share of each anchor. Unwinding decides what
+// lies above an anchor, not how often a profiler lands below it: two
+// profilers whose samples fall differently (timers firing late in code
+// that masks interrupts, perf slowing what it samples) agree on these
+// shares if and only if their stacks agree above each anchor.
+func sameLeaves(ours, theirs []stackCount, own map[string]bool) (ourShares, theirShares map[string]float64) {
+	type group struct {
+		total int64
+		holds map[string]int64 // stacks holding each function
+	}
+	groups := func(stacks []stackCount) map[string]*group {
+		g := map[string]*group{}
+		for _, s := range stacks {
+			anchor := ""
+			for _, f := range s.frames {
+				if own[f] {
+					anchor = f
+				}
+			}
+			a := g[anchor]
+			if a == nil {
+				a = &group{holds: map[string]int64{}}
+				g[anchor] = a
+			}
+			a.total += s.count
+			seen := map[string]bool{}
+			for _, f := range s.frames {
+				if !seen[f] {
+					seen[f] = true
+					a.holds[f] += s.count
+				}
+			}
+		}
+		return g
+	}
+	og, tg := groups(ours), groups(theirs)
+	var weight int64
+	for anchor, a := range og {
+		if tg[anchor] != nil {
+			weight += a.total
+		}
+	}
+	ourShares, theirShares = map[string]float64{}, map[string]float64{}
+	for anchor, a := range og {
+		b := tg[anchor]
+		if b == nil {
+			continue
+		}
+		w := 100 * float64(a.total) / float64(weight)
+		for f, n := range a.holds {
+			ourShares[f] += w * float64(n) / float64(a.total)
+		}
+		for f, n := range b.holds {
+			theirShares[f] += w * float64(n) / float64(b.total)
+		}
+	}
+	return ourShares, theirShares
+}
+
+func requireTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make deps installs it)", tool)
+		}
+	}
+}
+
+// freePort returns a TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// compareShares checks that flint's and perf's shares of keys (all keys
+// either holds, when nil) are within tolerance of each other.
+func compareShares(t *testing.T, ours, theirs map[string]float64, keys []string) {
+	t.Helper()
+	if keys == nil {
+		for k := range ours {
+			keys = append(keys, k)
+		}
+		for k := range theirs {
+			if _, ok := ours[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool { return ours[keys[i]]+theirs[keys[i]] > ours[keys[j]]+theirs[keys[j]] })
+	}
+	for _, k := range keys {
+		if ours[k] < 0.5 && theirs[k] < 0.5 {
+			continue
+		}
+		t.Logf("flint %5.1f%%, perf %5.1f%%: %s", ours[k], theirs[k], k)
+		if math.Abs(ours[k]-theirs[k]) > tolerance {
+			t.Errorf("%s: flint %.1f%% of stacks, perf --call-graph dwarf %.1f%%", k, ours[k], theirs[k])
+		}
+	}
+}
+
+// stackCount is one stack, root first, and its samples.
+type stackCount struct {
+	frames []string
+	count  int64
+}
+
+// flintStacks lists the user stacks of p's samples by function name.
+func flintStacks(p *profile.Profile) []stackCount {
+	var out []stackCount
+	for _, s := range p.Samples {
+		var frames []string
+		for i := len(s.Stack) - 1; i >= 0; i-- {
+			l := s.Stack[i]
+			if l.Mapping != nil && l.Mapping.Kernel {
+				continue
+			}
+			for j := len(l.Frames) - 1; j >= 0; j-- {
+				frames = append(frames, l.Frames[j].Function)
+			}
+		}
+		out = append(out, stackCount{frames, s.Count})
+	}
+	return out
+}
+
+// fixturePaths returns the share of stacks, in percent, per path of the
+// fixture's own functions from main down.
+func fixturePaths(stacks []stackCount) map[string]float64 {
+	counts := map[string]int64{}
+	var total int64
+	for _, s := range stacks {
+		var path []string
+		for _, f := range s.frames {
+			if nofpFuncs[f] && f != "spin" {
+				path = append(path, f)
+			}
+		}
+		counts[strings.Join(path, ";")] += s.count
+		total += s.count
+	}
+	shares := map[string]float64{}
+	for path, n := range counts {
+		shares[path] = 100 * float64(n) / float64(total)
+	}
+	return shares
+}
+
+// startPerf starts recording every CPU with perf's DWARF unwinding for d
+// at hz, sampling as flint does: a cpu-clock timer per CPU (not per task,
+// which counts time in schedule() differently) with a fixed period (-F
+// varies it, and perf script lists samples unweighted). The function it
+// returns waits for perf and returns process pid's user stacks by function
+// name, and the file each function is in.
+func startPerf(t *testing.T, pid int, d time.Duration, hz int) func() ([]stackCount, map[string]string) {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), "perf.data")
+	rec := exec.Command("perf", "record", "-q", "-a", "-e", "cpu-clock", "-c", strconv.Itoa(int(time.Second)/hz),
+		"--call-graph", "dwarf", "-o", data, "--", "sleep", fmt.Sprint(d.Seconds()))
+	var out bytes.Buffer
+	rec.Stdout, rec.Stderr = &out, &out
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() ([]stackCount, map[string]string) {
+		if err := rec.Wait(); err != nil {
+			t.Fatalf("perf record: %v\n%s", err, out.Bytes())
+		}
+		script := exec.Command("perf", "script", "-i", data, "--pid", strconv.Itoa(pid), "--no-inline", "-F", "ip,sym,dso")
+		script.Stderr = os.Stderr
+		b, err := script.Output()
+		if err != nil {
+			t.Fatalf("perf script: %v", err)
+		}
+		return parsePerfScript(b)
+	}
+}
+
+// parsePerfScript reads `perf script -F ip,sym,dso`: per sample, one line
+// a frame, leaf first ("7f12 func_b (/usr/bin/x)"), then a blank line.
+// Kernel frames are left out.
+func parsePerfScript(out []byte) (stacks []stackCount, dsos map[string]string) {
+	dsos = map[string]string{}
+	var leafFirst []string
+	flush := func() {
+		if len(leafFirst) == 0 {
+			return
+		}
+		frames := make([]string, len(leafFirst))
+		for i, f := range leafFirst {
+			frames[len(frames)-1-i] = f
+		}
+		stacks = append(stacks, stackCount{frames, 1})
+		leafFirst = nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			flush()
+			continue
+		}
+		addr, rest, _ := strings.Cut(line, " ")
+		name, dso := rest, ""
+		if i := strings.LastIndex(rest, " ("); i >= 0 && strings.HasSuffix(rest, ")") {
+			name, dso = rest[:i], rest[i+2:len(rest)-1]
+		}
+		if dso == "[kernel.kallsyms]" || strings.HasPrefix(addr, "ffffffff") {
+			continue
+		}
+		leafFirst = append(leafFirst, name)
+		dsos[name] = dso
+	}
+	flush()
+	return stacks, dsos
+}

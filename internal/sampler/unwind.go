@@ -1,0 +1,78 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/flint-dev/flint/internal/unwind"
+)
+
+// MaxUnwindMappings is how many mappings of one process SetUnwind lists;
+// code in the rest is walked with frame pointers.
+const MaxUnwindMappings = len(profileUnwindProc{}.Mappings)
+
+// rowBatch bounds the rows converted at once, so loading a large table
+// does not double its size in flint's memory.
+const rowBatch = 1 << 16
+
+// WriteRows stores rows at index first of the sampler's unwind rows, each
+// PC as an offset from base (user space checks they fit in 32 bits).
+func (s *Sampler) WriteRows(first uint32, rows []unwind.Row, base uint64) error {
+	keys := make([]uint32, 0, min(len(rows), rowBatch))
+	values := make([]profileUnwindRow, 0, cap(keys))
+	for start := 0; start < len(rows); start += rowBatch {
+		keys, values = keys[:0], values[:0]
+		for i, r := range rows[start:min(start+rowBatch, len(rows))] {
+			keys = append(keys, first+uint32(start+i))
+			values = append(values, profileUnwindRow{
+				Pc: uint32(r.PC - base), CfaOffset: r.CFAOffset, RbpOffset: r.RBPOffset, Cfa: uint8(r.CFA),
+			})
+		}
+		if _, err := s.objs.UnwindRows.BatchUpdate(keys, values, nil); err != nil {
+			return fmt.Errorf("write unwind rows at %d: %w", first+uint32(start), err)
+		}
+	}
+	return nil
+}
+
+// SetUnwind makes the sampler walk the user stacks of process pid's image
+// generation with unwind rows: ms are its executable mappings sorted by
+// address (at most MaxUnwindMappings), each naming its rows as WriteRows
+// stored them. It clears the process's stale mark (Options.OnStale).
+func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping) error {
+	if len(ms) > MaxUnwindMappings {
+		return fmt.Errorf("unwind mappings of process %d: %d, at most %d", pid, len(ms), MaxUnwindMappings)
+	}
+	var p profileUnwindProc
+	p.Generation = generation
+	p.Len = uint32(len(ms))
+	for i, m := range ms {
+		e := &p.Mappings[i]
+		e.Start, e.End, e.Base, e.First, e.Rows = m.Start, m.End, m.Base, m.First, m.Rows
+	}
+	if err := s.objs.UnwindProcs.Put(pid, &p); err != nil {
+		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeleteUnwind forgets process pid's unwind mappings; its stacks go back
+// to frame pointers. A process without them is no error.
+func (s *Sampler) DeleteUnwind(pid uint32) error {
+	err := s.objs.UnwindProcs.Delete(pid)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete unwind mappings of process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// UnwindRowSize is the kernel memory one unwind row takes, in bytes.
+const UnwindRowSize = int(unsafe.Sizeof(profileUnwindRow{}))
+
+// DefaultUnwindMemory is the kernel memory for unwind rows when the
+// commands are not told otherwise: 2.8 million rows, the tables of a node's
+// worth of native binaries (docs/UNWIND.md has their sizes).
+const DefaultUnwindMemory = 32 << 20

@@ -1,0 +1,185 @@
+package unwind
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/flint-dev/flint/internal/proc"
+)
+
+// fakeKernel records what Tables writes.
+type fakeKernel struct {
+	rows  map[uint32]Row
+	procs map[uint32][]Mapping
+	gens  map[uint32]uint32
+}
+
+func newFakeKernel() *fakeKernel {
+	return &fakeKernel{rows: map[uint32]Row{}, procs: map[uint32][]Mapping{}, gens: map[uint32]uint32{}}
+}
+
+func (k *fakeKernel) WriteRows(first uint32, rows []Row, base uint64) error {
+	for i, r := range rows {
+		r.PC -= base
+		k.rows[first+uint32(i)] = r
+	}
+	return nil
+}
+
+func (k *fakeKernel) SetUnwind(pid, generation uint32, ms []Mapping) error {
+	k.procs[pid], k.gens[pid] = ms, generation
+	return nil
+}
+
+func (k *fakeKernel) DeleteUnwind(pid uint32) error {
+	delete(k.procs, pid)
+	return nil
+}
+
+// Files with CFI on any Debian machine, and one without (a text file).
+const (
+	libc       = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	libm       = "/usr/lib/x86_64-linux-gnu/libm.so.6"
+	withoutCFI = "tables.go"
+)
+
+// mapping returns an executable mapping of path at start.
+func mapping(t *testing.T, path string, start uint64) proc.Mapping {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Skipf("needs %s: %v", path, err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return proc.Mapping{Start: start, End: start + 0x100000, Dev: st.Dev, Inode: st.Ino, Path: path}
+}
+
+func newTables(k Kernel, rows int) *Tables {
+	return New(k, Options{
+		Rows:        rows,
+		MaxMappings: 128,
+		Open:        func(pid int, m *proc.Mapping) (*os.File, error) { return os.Open(m.Path) },
+	})
+}
+
+// TestTablesShareFiles checks that processes mapping one file share its
+// rows, built once, and that each is listed with every executable mapping.
+func TestTablesShareFiles(t *testing.T) {
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	a := &proc.Process{PID: 10, Mappings: []proc.Mapping{mapping(t, libc, 0x7f0000000000), {Start: 0x7f1000000000, End: 0x7f1000001000}}}
+	b := &proc.Process{PID: 11, Mappings: []proc.Mapping{mapping(t, libc, 0x7f2000000000)}}
+	tb.Learn(a, 1)
+	tb.Learn(b, 1)
+	tb.Close()
+	st := tb.Stats()
+	if st.Built != 1 || st.Binaries != 1 || st.Processes != 2 {
+		t.Fatalf("built %d tables, %d loaded, %d processes listed; want 1, 1, 2", st.Built, st.Binaries, st.Processes)
+	}
+	ma, mb := k.procs[10], k.procs[11]
+	if len(ma) != 2 || len(mb) != 1 {
+		t.Fatalf("listed mappings: %d and %d, want 2 and 1", len(ma), len(mb))
+	}
+	if ma[0].First != mb[0].First || ma[0].Rows != mb[0].Rows || ma[0].Rows == 0 {
+		t.Errorf("the processes' libc rows differ: %+v, %+v", ma[0], mb[0])
+	}
+	if ma[1].Rows != 0 {
+		t.Errorf("anonymous memory got rows: %+v", ma[1])
+	}
+	if ma[0].Base-ma[0].Start != mb[0].Base-mb[0].Start {
+		t.Errorf("bases differ from the mapping start: %+v, %+v", ma[0], mb[0])
+	}
+	if int(st.RowsUsed) != len(k.rows) {
+		t.Errorf("%d rows used, %d written", st.RowsUsed, len(k.rows))
+	}
+}
+
+// TestTablesBudget checks the row budget: a table that does not fit is
+// skipped and counted; one that fits after the tables of processes gone
+// are evicted takes their room.
+func TestTablesBudget(t *testing.T) {
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Close()
+	libmRows := tb.Stats().RowsUsed
+	tb = newTables(newFakeKernel(), 1<<22)
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Close()
+	libcRows := tb.Stats().RowsUsed
+	if libmRows == 0 || libcRows == 0 {
+		t.Fatalf("rows: libm %d, libc %d", libmRows, libcRows)
+	}
+
+	// Room for the larger of the two only.
+	k = newFakeKernel()
+	tb = newTables(k, max(libmRows, libcRows))
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	// PID 1 exits: its libm table may go for libc's.
+	tb.Forget(1, 1)
+	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x2000000)}}, 1)
+	tb.Close()
+	st := tb.Stats()
+	if st.OverBudget != 1 {
+		t.Errorf("%d tables over budget, want 1 (libc while libm was in use)", st.OverBudget)
+	}
+	if _, ok := k.procs[2]; ok {
+		t.Errorf("process 2 listed without its only table")
+	}
+	if m := k.procs[3]; len(m) != 1 || m[0].Rows != uint32(libcRows) {
+		t.Errorf("process 3: %+v, want libc's %d rows after libm's were evicted", m, libcRows)
+	}
+	if _, ok := k.procs[1]; ok {
+		t.Errorf("process 1 still listed after Forget")
+	}
+}
+
+// TestTablesEmptyCFI checks that a file whose .eh_frame holds no entry
+// lists nothing.
+func TestTablesEmptyCFI(t *testing.T) {
+	if _, err := exec.LookPath("objcopy"); err != nil {
+		t.Skip("needs objcopy (binutils)")
+	}
+	dir := t.TempDir()
+	empty, bin := filepath.Join(dir, "empty"), filepath.Join(dir, "bin")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
+		"--add-section=.eh_frame="+empty, libm, bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 7, Mappings: []proc.Mapping{mapping(t, bin, 0x1000000)}}, 1)
+	tb.Close()
+	if k.procs[7] != nil || tb.Stats().NoCFI != 1 {
+		t.Errorf("listed %+v, %d files without CFI; want nothing listed, 1", k.procs[7], tb.Stats().NoCFI)
+	}
+}
+
+// TestTablesGenerations checks that forgetting an old image of a PID
+// leaves the new one listed, and that a file without CFI lists nothing.
+func TestTablesGenerations(t *testing.T) {
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 5, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 5, Mappings: []proc.Mapping{mapping(t, libc, 0x3000000)}}, 2)
+	tb.Forget(5, 1)
+	tb.Learn(&proc.Process{PID: 6, Mappings: []proc.Mapping{mapping(t, withoutCFI, 0x1000000)}}, 1)
+	tb.Close()
+	if k.gens[5] != 2 || k.procs[5] == nil || k.procs[5][0].Start != 0x3000000 {
+		t.Errorf("PID 5: generation %d, %+v; want generation 2 at 0x3000000", k.gens[5], k.procs[5])
+	}
+	if k.procs[6] != nil {
+		t.Errorf("a process mapping no file with CFI was listed: %+v", k.procs[6])
+	}
+	if st := tb.Stats(); st.Malformed != 1 {
+		t.Errorf("%d files counted malformed, want 1 (a text file)", st.Malformed)
+	}
+}
