@@ -327,7 +327,12 @@ func (t *Tables) parse(f io.ReaderAt, b *table) ([]Row, error) {
 		return nil, fmt.Errorf("read ELF: %w", err)
 	}
 	b.layout = symbol.Segments(ef)
-	rows, _, err := Parse(ef)
+	var rows []Row
+	if isGo(ef) {
+		err = fmt.Errorf("a Go program: %w", ErrNoCFI)
+	} else {
+		rows, _, err = Parse(ef)
+	}
 	t.mu.Lock()
 	t.stats.Built++
 	t.stats.BuildTime += time.Since(start)
@@ -353,6 +358,15 @@ func (t *Tables) load(b *table, rows []Row) {
 		return
 	}
 	b.first, b.rows, b.base, b.overBudget = first, n, rows[0].PC, false
+}
+
+// isGo reports a Go program. Go code keeps frame pointers, which the
+// kernel walks for less, and its .debug_frame would take table memory for
+// every Go function on the node: Go processes are not listed. (C code a
+// cgo program links in has .eh_frame rows but runs mostly in libraries,
+// which get theirs.)
+func isGo(f *elf.File) bool {
+	return f.Section(".go.buildinfo") != nil || f.Section(".gopclntab") != nil || f.Section(".note.go.buildid") != nil
 }
 
 // evict frees the least recently used table no listed process maps;

@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,43 @@ func TestTablesEmptyCFI(t *testing.T) {
 	tb.Close()
 	if k.procs[7] != nil || tb.Stats().NoCFI != 1 {
 		t.Errorf("listed %+v, %d files without CFI; want nothing listed, 1", k.procs[7], tb.Stats().NoCFI)
+	}
+}
+
+// TestTablesGoProgram checks that a Go program is left to frame pointers
+// though its .debug_frame has rows.
+func TestTablesGoProgram(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs go to build a Go program")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", "hello", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "hello")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Section(".debug_frame") == nil {
+		t.Fatal("the Go program has no .debug_frame: the test checks nothing")
+	}
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 8, Mappings: []proc.Mapping{mapping(t, bin, 0x1000000)}}, 1)
+	tb.Close()
+	if k.procs[8] != nil || tb.Stats().NoCFI != 1 {
+		t.Errorf("listed %+v, %d files without CFI; want nothing listed, 1", k.procs[8], tb.Stats().NoCFI)
 	}
 }
 
