@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # unwind.sh: what walking stacks without frame pointers costs, side by side
-# in one run, each case on one busy fixture process:
+# in one run, each case on a fixture busy on every CPU:
 #   fp        flint on spin.c built with frame pointers (the kernel's walk)
+#   fp-deep   flint on the nofp fixture built with frame pointers (the same
+#             walk, as deep as the fixture's stacks reach through libc)
 #   nofp-fp   flint on the nofp fixture with --unwind-memory 0 (the same
 #             walk, which stops after a frame or two: the cost of a cut stack)
 #   nofp      flint on the nofp fixture with its unwind tables
@@ -13,9 +15,9 @@
 #
 # For flint: the sample program's run time per run, from the kernel's BPF
 # statistics, and the stack depth reached. For perf, whose work per sample
-# is not a BPF program: the bytes it writes per sample (the 8 KiB of stack
-# it copies in the kernel), the CPU time of perf record and of perf report,
-# which unwinds them, per sample.
+# is not a BPF program: the bytes it writes per sample (the used part of
+# the 8 KiB of stack it copies in the kernel), and the CPU time of perf
+# record and of perf report, which unwinds them, per sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-10}
@@ -29,6 +31,7 @@ trap cleanup EXIT
 go build -o "$tmp/flint" ./cmd/flint
 gcc -O1 -fno-omit-frame-pointer -o "$tmp/spin" testdata/fixtures/spin.c
 gcc -O2 -fomit-frame-pointer -rdynamic -o "$tmp/nofp" testdata/fixtures/nofp/nofp.c
+gcc -O2 -fno-omit-frame-pointer -rdynamic -o "$tmp/nofp-withfp" testdata/fixtures/nofp/nofp.c
 gcc -O2 -fomit-frame-pointer -shared -fPIC -o "$tmp/plugin.so" testdata/fixtures/nofp/plugin.c
 g++ -O2 -fomit-frame-pointer -o "$tmp/nofp-cc" testdata/fixtures/nofp/nofp.cc
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -37,35 +40,42 @@ stats() { bpftool prog show name sample --json | jq -r '[.run_time_ns, .run_cnt]
 # depth FOLDED: mean frames per sample.
 depth() { awk '{ n = $NF; f = split($0, a, ";"); d += (f - 1) * n; s += n } END { printf "%.1f", d / s }' "$1"; }
 
-# flint_case NAME FLINT-FLAGS COMMAND...: one fixture, one recording.
+# flint_case NAME FLINT-FLAGS COMMAND...: one fixture per CPU, so that
+# nearly every run of the program is a sample of one, recorded with -a.
 flint_case() {
 	local name=$1 flags=$2; shift 2
-	"$@" >/dev/null & local fx=$!; pids+=($fx)
+	local fx=()
+	for _ in $(seq "$(nproc)"); do
+		"$@" >/dev/null & fx+=($!); pids+=($!)
+	done
 	sleep 0.5
 	# shellcheck disable=SC2086
-	"$tmp/flint" record -p "$fx" -F "$freq" -d "$((secs + 3))s" $flags --no-kernel -o "$tmp/out.folded" 2>/dev/null & local f=$!
+	"$tmp/flint" record -a -F "$freq" -d "$((secs + 3))s" $flags --no-kernel -o "$tmp/out.folded" 2>/dev/null & local f=$!
 	sleep 2; local a; a=$(stats); sleep "$secs"; local b; b=$(stats)
-	wait $f; kill $fx; wait $fx 2>/dev/null || true
-	echo "$a $b" | awk -v n="$name" -v hz="$freq" -v d="$(depth "$tmp/out.folded")" \
+	wait $f; kill "${fx[@]}"; wait "${fx[@]}" 2>/dev/null || true
+	grep "^$(basename "$1");" "$tmp/out.folded" >"$tmp/fixture.folded" || true
+	echo "$a $b" | awk -v n="$name" -v hz="$freq" -v d="$(depth "$tmp/fixture.folded")" \
 		'{ printf "%-8s %d Hz: %5.0f ns/sample over %d samples, %s frames a stack\n", n, hz, ($3 - $1) / ($4 - $2), $4 - $2, d }'
 }
 
 perf_case() {
 	"$tmp/nofp" "$tmp/plugin.so" >/dev/null & local fx=$!; pids+=($fx)
 	sleep 0.5
-	local rec; rec=$( { /usr/bin/time -f '%U %S' perf record -q -e cpu-clock -c $((1000000000 / freq)) \
-		--call-graph dwarf -p "$fx" -o "$tmp/perf.data" -- sleep "$secs" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+	local TIMEFORMAT='%U %S' rec report
+	rec=$( { time perf record -q -e cpu-clock -c $((1000000000 / freq)) --call-graph dwarf -p "$fx" \
+		-o "$tmp/perf.data" -- sleep "$secs" >/dev/null 2>&1; } 2>&1 | tail -1)
 	kill $fx; wait $fx 2>/dev/null || true
 	local samples; samples=$(perf script -i "$tmp/perf.data" -F ip 2>/dev/null | grep -c '^$' || true)
 	local bytes; bytes=$(stat -c %s "$tmp/perf.data")
-	local report; report=$( { /usr/bin/time -f '%U %S' perf report -i "$tmp/perf.data" --stdio -g none >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+	report=$( { time perf report -i "$tmp/perf.data" --stdio >/dev/null 2>&1; } 2>&1 | tail -1)
 	echo "$samples $bytes $rec $report" | awk -v hz="$freq" '{
-		printf "perf     %d Hz: %5.0f bytes/sample over %d samples; perf record %.0f us and perf report %.0f us of CPU/sample\n",
-			hz, $2 / $1, $1, ($3 + $4) * 1e6 / $1, ($5 + $6) * 1e6 / $1 }'
+		printf "perf     %d Hz: %5.0f bytes/sample over %d samples; perf record %.2f s, perf report %.2f s of CPU: %.0f and %.0f us a sample\n",
+			hz, $2 / $1, $1, $3 + $4, $5 + $6, ($3 + $4) * 1e6 / $1, ($5 + $6) * 1e6 / $1 }'
 }
 
 for _ in $(seq "$rounds"); do
 	flint_case fp "" "$tmp/spin"
+	flint_case fp-deep "--unwind-memory 0" "$tmp/nofp-withfp" "$tmp/plugin.so"
 	flint_case nofp-fp "--unwind-memory 0" "$tmp/nofp" "$tmp/plugin.so"
 	flint_case nofp "" "$tmp/nofp" "$tmp/plugin.so"
 	flint_case nofp-cc "" "$tmp/nofp-cc"

@@ -292,6 +292,8 @@ static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u
 	__u32 rel = pc - m->base;
 	__u32 base = m->first, n = m->rows;
 	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		if (n <= 1)
+			break; // small tables: fewer steps (the one branch per step)
 		__u32 half = n / 2, mid = base + half;
 		struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!r)
@@ -378,8 +380,17 @@ static long walk_step(__u64 i, void *arg)
 	// The caller's frame is above this one: a CFA below SP is garbage.
 	if (cfa <= w->sp)
 		return 1;
-	__u64 ra;
-	if (!read_user(&ra, cfa - 8) || (rbp_offset && !read_user(&w->bp, cfa + rbp_offset))) {
+	// The return address and the 8 bytes below it, where a frame pointer
+	// prologue leaves the caller's RBP: one read for both.
+	__u64 pair[2];
+	if (bpf_probe_read_user(pair, sizeof(pair), (const void *)(cfa - 16)) != 0) {
+		w->fault = true;
+		return 1;
+	}
+	__u64 ra = pair[1];
+	if (rbp_offset == -16) {
+		w->bp = pair[0];
+	} else if (rbp_offset && !read_user(&w->bp, cfa + rbp_offset)) {
 		w->fault = true;
 		return 1;
 	}
