@@ -7,6 +7,7 @@
 #	sudo CHURN=1 bench/agent.sh         # then 60 s without, 60 s with one
 #	sudo CHURN=10 PHASE=120 bench/agent.sh  # new process a second (ten; 120 s)
 #	sudo NOFP=1 bench/agent.sh          # fixtures without frame pointers
+#	sudo AGENT_FLAGS="--unwind-memory 0" bench/agent.sh   # agent flags
 #
 # Measured from outside the agent: its CPU (its threads' run time),
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
@@ -73,7 +74,8 @@ progs() {
 
 addr=127.0.0.1:7079
 data=$(mktemp -d)
-"$out/flint" agent --data-dir "$data" --listen "$addr" 2>"$out/agent.log" & agent=$!
+# shellcheck disable=SC2086
+"$out/flint" agent --data-dir "$data" --listen "$addr" ${AGENT_FLAGS:-} 2>"$out/agent.log" & agent=$!
 pids+=($agent)
 
 # Start-up: CPU until the first sample is counted.

@@ -3,8 +3,11 @@ package collect
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -386,4 +389,78 @@ func parsePerfScript(out []byte) (stacks []stackCount, dsos map[string]string) {
 	}
 	flush()
 	return stacks, dsos
+}
+
+// TestRecordHostileEHFrame records copies of the C fixture whose .eh_frame
+// was overwritten with random bytes, wholly, from its middle on, or in its
+// rules only: the process runs as before (it never reads the section),
+// flint parses what it can, walks what it parsed and never crashes, hangs
+// or loses a sample.
+func TestRecordHostileEHFrame(t *testing.T) {
+	requireRoot(t)
+	requireTools(t, "objcopy")
+	fx := buildFixtures(t)
+	for _, tc := range []struct {
+		name  string
+		spoil func(section []byte, rng *rand.Rand)
+	}{
+		{"random", func(b []byte, rng *rand.Rand) { randomize(b, rng) }},
+		{"half-random", func(b []byte, rng *rand.Rand) { randomize(b[len(b)/2:], rng) }},
+		// Entries that still delimit and parse, whose rules are noise: the
+		// walker follows whatever CFAs they give.
+		{"random-rules", func(b []byte, rng *rand.Rand) {
+			for off := 0; off+8 <= len(b); {
+				n := int(binary.LittleEndian.Uint32(b[off:]))
+				if n == 0 || off+4+n > len(b) {
+					break
+				}
+				// An FDE (CIE pointer not 0): its instructions follow the
+				// pcrel start, the range and a one-byte augmentation size.
+				if binary.LittleEndian.Uint32(b[off+4:]) != 0 && n > 13 {
+					randomize(b[off+17:off+4+n], rng)
+				}
+				off += 4 + n
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := hostileCopy(t, fx["nofp"], tc.spoil)
+			cmd := startFixture(t, bin, fx["nofp-plugin"], "60")
+			// recordFixture checks that every sample taken is in the profile.
+			p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
+			got, mainShare, total := shares(p, byPID(cmd.Process.Pid), cFuncs, "main")
+			t.Logf("%d samples: %v, %.1f%% reach main", total, got, mainShare)
+		})
+	}
+}
+
+// hostileCopy copies bin with its .eh_frame spoiled (seeded: the same
+// each run).
+func hostileCopy(t *testing.T, bin string, spoil func([]byte, *rand.Rand)) string {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := f.Section(".eh_frame").Data()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spoil(data, rand.New(rand.NewPCG(1, 2)))
+	dir := t.TempDir()
+	section, out := filepath.Join(dir, "eh_frame"), filepath.Join(dir, "nofp-hostile")
+	if err := os.WriteFile(section, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("objcopy", "--update-section", ".eh_frame="+section, bin, out).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, b)
+	}
+	return out
+}
+
+func randomize(b []byte, rng *rand.Rand) {
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
 }
