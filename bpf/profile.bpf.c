@@ -94,12 +94,12 @@ struct {
 } unwind_rows SEC(".maps");
 
 // Processes whose user stacks are walked with unwind_rows: tgid -> its
-// executable mappings. 4 KiB each, allocated as used; a process without an
+// executable mappings. 4,112 bytes each, allocated as used; a process without an
 // entry gets the kernel's frame pointer walk.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 16384); // collect.maxProcs: every process learned
 	__type(key, __u32);
 	__type(value, struct unwind_proc);
 } unwind_procs SEC(".maps");
@@ -207,22 +207,25 @@ static __always_inline __u32 proc_generation(__u32 tgid)
 	return g;
 }
 
-// get_stack fills s and returns its hash, or 0 when there is no stack (a
-// kernel thread has no user stack; user code has no kernel stack).
-static __always_inline __u64 get_stack(struct bpf_perf_event_data *ctx, struct stack_trace *s,
-				       __u64 flags, enum sampler_stat err)
+// stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
+// them) and returns how many frames it holds, counting failures in err
+// (a kernel thread has no user stack; user code has no kernel stack).
+static __always_inline __u32 stack_frames(struct bpf_perf_event_data *ctx, __u64 *ips, __u64 flags,
+					  enum sampler_stat err)
 {
-	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+	long n = bpf_get_stack(ctx, ips, MAX_STACK_DEPTH * sizeof(__u64), flags);
 	if (n < 0) {
 		if (n != -EFAULT)
 			count(err);
-		s->len = 0;
 		return 0;
 	}
-	s->len = n / sizeof(__u64);
-	if (s->len == 0)
-		return 0;
-	return hash_ips(s->ips, s->len, MAX_STACK_DEPTH);
+	return n / sizeof(__u64);
+}
+
+// hash_stack returns the hash of s, or 0 when it is empty.
+static __always_inline __u64 hash_stack(struct stack_trace *s)
+{
+	return s->len ? hash_ips(s->ips, s->len, MAX_STACK_DEPTH) : 0;
 }
 
 // The DWARF walker. One bpf_loop iteration a frame keeps the verifier's work
@@ -373,9 +376,6 @@ static long walk_step(__u64 i, void *arg)
 		cfa = w->sp + 8 + ((w->ip & 15) >= (__u64)r->cfa_offset ? 8 : 0);
 		rbp_offset = r->rbp_offset;
 		break;
-	default:
-		if (w->bp < w->sp) // not a frame of this stack, as the kernel's walk judges
-			return 1;
 	}
 	// The caller's frame is above this one: a CFA below SP is garbage.
 	if (cfa <= w->sp)
@@ -448,16 +448,13 @@ static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
 	return hash;
 }
 
-// user_stack fills s with the user stack, by unwind tables when the
-// process has them, and returns its hash as get_stack does.
-static __always_inline __u64 user_stack(struct bpf_perf_event_data *ctx, struct task_struct *task,
-					__u32 tgid, __u32 gen, struct stack_trace *s)
+// user_frames writes the user stack to ips, by unwind tables when the
+// process has them, and returns its depth.
+static __always_inline __u32 user_frames(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					 __u32 tgid, __u32 gen, __u64 *ips)
 {
-	long n = walk_user(ctx, task, tgid, gen, s->ips);
-	if (n < 0)
-		return get_stack(ctx, s, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
-	s->len = n;
-	return n ? hash_ips(s->ips, s->len, MAX_STACK_DEPTH) : 0;
+	long n = walk_user(ctx, task, tgid, gen, ips);
+	return n >= 0 ? n : stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
 }
 
 static __always_inline void aggregate(struct sample_key *key)
@@ -469,29 +466,11 @@ static __always_inline void aggregate(struct sample_key *key)
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
 				 struct task_struct *task, __u32 tgid)
 {
-	long n = walk_user(ctx, task, tgid, e->generation, e->ips);
-	if (n >= 0) {
-		n *= sizeof(__u64);
-	} else {
-		n = bpf_get_stack(ctx, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
-		if (n < 0) {
-			if (n != -EFAULT)
-				count(STAT_USER_STACK_ERR);
-			n = 0;
-		}
-	}
-	__u32 user_len = n / sizeof(__u64);
+	__u32 user_len = user_frames(ctx, task, tgid, e->generation, e->ips);
 	e->user_len = user_len;
 	e->kernel_len = 0;
-	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH) {
-		n = bpf_get_stack(ctx, &e->ips[user_len], MAX_STACK_DEPTH * sizeof(__u64), 0);
-		if (n < 0) {
-			if (n != -EFAULT)
-				count(STAT_KERNEL_STACK_ERR);
-			n = 0;
-		}
-		e->kernel_len = n / sizeof(__u64);
-	}
+	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
+		e->kernel_len = stack_frames(ctx, &e->ips[user_len], 0, STAT_KERNEL_STACK_ERR);
 	__u64 size = offsetof(struct sample_event, ips) +
 		     (__u64)(e->user_len + e->kernel_len) * sizeof(__u64);
 	if (size > sizeof(*e))
@@ -539,10 +518,12 @@ int sample(struct bpf_perf_event_data *ctx)
 	key.generation = gen;
 	copy_comm(key.comm, task->group_leader->comm);
 	copy_comm(key.thread, task->comm);
-	key.user_stack = store_stack(&sc->user, user_stack(ctx, task, tgid, gen, &sc->user));
-	if (kernel_stacks && !user_mode(ctx))
-		key.kernel_stack =
-			store_stack(&sc->kernel, get_stack(ctx, &sc->kernel, 0, STAT_KERNEL_STACK_ERR));
+	sc->user.len = user_frames(ctx, task, tgid, gen, sc->user.ips);
+	key.user_stack = store_stack(&sc->user, hash_stack(&sc->user));
+	if (kernel_stacks && !user_mode(ctx)) {
+		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);
+		key.kernel_stack = store_stack(&sc->kernel, hash_stack(&sc->kernel));
+	}
 	aggregate(&key);
 	return 0;
 }

@@ -19,7 +19,7 @@ enum sampler_stat {
 	STAT_UNWIND_WALKS,	// user stacks walked with unwind tables
 	STAT_UNWIND_COMPLETE,	// of those, walks that reached the outermost frame
 	STAT_UNWIND_FAULTS,	// of those, walks cut short by unreadable stack memory
-	STAT_UNWIND_STALE,	// samples in code outside a process's known mappings
+	STAT_UNWIND_STALE,	// processes found running code outside their mappings
 	STAT_MAX,
 };
 

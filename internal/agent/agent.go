@@ -202,7 +202,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer a.sampler.Close()
-	if a.unwind = collect.StartUnwind(a.coll, a.sampler, collect.UnwindRows(o.UnwindMemory)); a.unwind != nil {
+	if a.unwind = collect.StartUnwind(a.coll, a.sampler); a.unwind != nil {
 		defer a.unwind.Close()
 	}
 	if o.Loaded != nil {

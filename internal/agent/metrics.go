@@ -115,15 +115,17 @@ func writeUnwindMetrics(w io.Writer, st unwind.TableStats) {
 	gauge("flint_unwind_binaries", "Binaries whose unwind tables are loaded.", "gauge", st.Binaries)
 	gauge("flint_unwind_rows", "Unwind rows loaded.", "gauge", st.RowsUsed)
 	gauge("flint_unwind_rows_capacity", "Unwind rows --unwind-memory holds.", "gauge", st.Capacity)
-	gauge("flint_unwind_tables_built_total", "Binaries whose call frame information was read.", "counter", st.Built)
+	gauge("flint_unwind_tables_built_total", "Binaries whose call frame information was read (Go programs are not).", "counter", st.Built)
 	gauge("flint_unwind_build_seconds_total", "Time spent reading call frame information.", "counter", st.BuildTime.Seconds())
+	gauge("flint_unwind_unsupported_rows_total", "Rows of the tables built that no walker rule expresses: frame pointers there.", "counter", st.UnsupportedRows)
+	gauge("flint_unwind_invalid_fdes_total", "FDEs of the tables built that could not be read: frame pointers there.", "counter", st.InvalidFDEs)
 	fmt.Fprintf(w, "# HELP flint_unwind_skipped_total Binaries or processes left to frame pointers, by reason.\n# TYPE flint_unwind_skipped_total counter\n")
 	for _, r := range []struct {
 		reason string
 		n      uint64
 	}{
 		{"no_cfi", st.NoCFI}, {"malformed", st.Malformed}, {"over_budget", st.OverBudget},
-		{"too_large", st.Unusable}, {"queue_full", st.Dropped},
+		{"too_large", st.Unusable}, {"queue_full", st.Dropped}, {"process_map_full", st.ListFailed},
 	} {
 		fmt.Fprintf(w, "flint_unwind_skipped_total{reason=%q} %d\n", r.reason, r.n)
 	}

@@ -56,8 +56,10 @@ type Result struct {
 // Record samples for the given duration, or until ctx is done, and returns
 // the named profile. Stopping early still returns what was taken.
 func Record(ctx context.Context, o RecordOptions) (*Result, error) {
+	var target *proc.Process
 	if o.PID != 0 {
-		if _, err := proc.Read(o.PID); err != nil {
+		var err error
+		if target, err = proc.Read(o.PID); err != nil {
 			return nil, err
 		}
 	}
@@ -85,15 +87,13 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		return nil, err
 	}
 	defer s.Close()
-	if t := StartUnwind(c, s, UnwindRows(o.UnwindMemory)); t != nil {
+	if t := StartUnwind(c, s); t != nil {
 		defer t.Close()
-		if o.PID != 0 {
+		if target != nil {
 			// Its tables before its first sample, not a few
 			// milliseconds after.
-			if p, err := proc.Read(o.PID); err == nil {
-				t.Learn(p, 0)
-				t.Flush()
-			}
+			t.Learn(target, 0)
+			t.Flush()
 		}
 	}
 	if err := s.Resume(); err != nil {

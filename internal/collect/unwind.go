@@ -14,12 +14,12 @@ func UnwindRows(memory int64) int {
 // StartUnwind makes s walk the stacks of the processes c learns with
 // unwind tables, when s was started with rows for them; nil otherwise.
 // Start s with OnStale: c.Refresh.
-func StartUnwind(c *Collector, s *sampler.Sampler, rows int) *unwind.Tables {
-	if rows == 0 {
+func StartUnwind(c *Collector, s *sampler.Sampler) *unwind.Tables {
+	if s.UnwindRows() == 0 {
 		return nil
 	}
 	t := unwind.New(s, unwind.Options{
-		Rows:        rows,
+		Rows:        s.UnwindRows(),
 		MaxMappings: sampler.MaxUnwindMappings,
 		Open:        proc.Open,
 	})

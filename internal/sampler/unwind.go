@@ -14,13 +14,20 @@ import (
 // code in the rest is walked with frame pointers.
 const MaxUnwindMappings = len(profileUnwindProc{}.Mappings)
 
+// UnwindRows is how many unwind rows the sampler holds (Options.UnwindRows).
+func (s *Sampler) UnwindRows() int { return s.opts.UnwindRows }
+
 // rowBatch bounds the rows converted at once, so loading a large table
 // does not double its size in flint's memory.
 const rowBatch = 1 << 16
 
 // WriteRows stores rows at index first of the sampler's unwind rows, each
-// PC as an offset from base (user space checks they fit in 32 bits).
-func (s *Sampler) WriteRows(first uint32, rows []unwind.Row, base uint64) error {
+// PC as an offset from the first's (the caller checks they fit in 32 bits).
+func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	base := rows[0].PC
 	keys := make([]uint32, 0, min(len(rows), rowBatch))
 	values := make([]profileUnwindRow, 0, cap(keys))
 	for start := 0; start < len(rows); start += rowBatch {
@@ -41,14 +48,19 @@ func (s *Sampler) WriteRows(first uint32, rows []unwind.Row, base uint64) error 
 // SetUnwind makes the sampler walk the user stacks of process pid's image
 // generation with unwind rows: ms are its executable mappings sorted by
 // address (at most MaxUnwindMappings), each naming its rows as WriteRows
-// stored them. It clears the process's stale mark (Options.OnStale).
-func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping) error {
+// stored them. It clears the process's stale mark (Options.OnStale), or,
+// when ms are partial (the process has more), sets it for good: code
+// outside ms is then no sign of a library loaded since.
+func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial bool) error {
 	if len(ms) > MaxUnwindMappings {
 		return fmt.Errorf("unwind mappings of process %d: %d, at most %d", pid, len(ms), MaxUnwindMappings)
 	}
 	var p profileUnwindProc
 	p.Generation = generation
 	p.Len = uint32(len(ms))
+	if partial {
+		p.Stale = 1
+	}
 	for i, m := range ms {
 		e := &p.Mappings[i]
 		e.Start, e.End, e.Base, e.First, e.Rows = m.Start, m.End, m.Base, m.First, m.Rows

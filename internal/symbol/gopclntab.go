@@ -692,10 +692,12 @@ func findPclntab(f *elf.File, fb *fileBytes) (uint64, []byte, error) {
 // headers to tell, so that searching its segments for a pclntab is not
 // wasted on every C library.
 func looksGo(f *elf.File) bool {
-	if len(f.Sections) <= 1 {
-		return true
-	}
-	return f.Section(".go.buildinfo") != nil || f.Section(".note.go.buildid") != nil
+	return len(f.Sections) <= 1 || IsGo(f)
+}
+
+// IsGo reports whether f's sections carry a mark of the Go linker.
+func IsGo(f *elf.File) bool {
+	return f.Section(".go.buildinfo") != nil || f.Section(".note.go.buildid") != nil || f.Section(".gopclntab") != nil
 }
 
 // scanPclntab searches the loaded segments, non-executable ones first, for

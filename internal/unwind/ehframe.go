@@ -550,11 +550,11 @@ func (p *parser) buildRows() error {
 	for i := range p.fdes {
 		f := &p.fdes[i]
 		if i > 0 && end != f.start && !p.add(end, Row{}) {
-			return errTooManyRows
+			return ErrTooManyRows
 		}
 		mark, unsupported := len(p.rows), p.stats.Unsupported
 		err := p.runFDE(f)
-		if err == errTooManyRows {
+		if err == ErrTooManyRows {
 			return err
 		}
 		if err != nil {
@@ -562,18 +562,19 @@ func (p *parser) buildRows() error {
 			p.stats.Invalid++
 			p.note("parse %s fde for %#x..%#x: %w", p.secs[p.cies[f.cie].sec].name, f.start, f.end(), err)
 			if !p.add(f.start, Row{}) {
-				return errTooManyRows
+				return ErrTooManyRows
 			}
 		}
 		end = f.end()
 	}
 	if len(p.fdes) > 0 && !p.add(end, Row{}) {
-		return errTooManyRows
+		return ErrTooManyRows
 	}
 	return nil
 }
 
-var errTooManyRows = fmt.Errorf("more than %d rows", maxRows)
+// ErrTooManyRows reports a file with more rows than the walker searches.
+var ErrTooManyRows = fmt.Errorf("more than %d rows", maxRows)
 
 // note keeps the first CIE or FDE dropped, and why, in Stats.FirstInvalid.
 func (p *parser) note(format string, args ...any) {
@@ -587,7 +588,7 @@ func (p *parser) runFDE(f *fde) error {
 	ci := &p.cies[f.cie]
 	if ci.signal {
 		if !p.add(f.start, Row{CFA: CFASignal}) {
-			return errTooManyRows
+			return ErrTooManyRows
 		}
 		return nil
 	}
@@ -780,7 +781,7 @@ func (p *parser) run(s *frameSection, ci *cie, c *cursor, st *state, loc, end ui
 				continue
 			}
 			if !p.flush(loc, st) {
-				return errTooManyRows
+				return ErrTooManyRows
 			}
 			if loc = next; loc >= end {
 				return nil
@@ -788,7 +789,7 @@ func (p *parser) run(s *frameSection, ci *cie, c *cursor, st *state, loc, end ui
 		}
 	}
 	if isFDE && !p.flush(loc, st) {
-		return errTooManyRows
+		return ErrTooManyRows
 	}
 	return nil
 }

@@ -17,10 +17,12 @@ import (
 
 // Kernel holds the tables the BPF walker reads: the sampler's maps.
 type Kernel interface {
-	// WriteRows stores rows at index first, their PCs as offsets from base.
-	WriteRows(first uint32, rows []Row, base uint64) error
-	// SetUnwind lists the executable mappings of process pid's image.
-	SetUnwind(pid, generation uint32, ms []Mapping) error
+	// WriteRows stores rows at index first, their PCs as offsets from the
+	// first row's.
+	WriteRows(first uint32, rows []Row) error
+	// SetUnwind lists the executable mappings of process pid's image;
+	// partial says some were left out, so code outside ms is no news.
+	SetUnwind(pid, generation uint32, ms []Mapping, partial bool) error
 	// DeleteUnwind forgets process pid.
 	DeleteUnwind(pid uint32) error
 }
@@ -28,14 +30,10 @@ type Kernel interface {
 // Mapping is one executable mapping of a process as the walker sees it.
 type Mapping struct {
 	Start, End uint64 // addresses in the process
-	Base       uint64 // the address row PC offsets start from
+	Base       uint64 // the address of the first row's PC
 	First      uint32 // index of the first row
 	Rows       uint32 // 0: no rows, frame pointers
 }
-
-// maxTableRows is the largest table the walker's binary search covers
-// (bpf/profile.bpf.c ROW_SEARCH_STEPS).
-const maxTableRows = 1 << 24
 
 // relistInterval is how often one process's mappings are listed again when
 // it keeps running code outside them (more mappings than the walker
@@ -65,6 +63,10 @@ type TableStats struct {
 	OverBudget uint64 // tables not loaded for want of room
 	Unusable   uint64 // tables too large for the walker
 	Dropped    uint64 // processes not listed: the queue was full
+	ListFailed uint64 // processes the Kernel would not list (its map full)
+	// Rows Parse could not express and FDEs it could not read, in the
+	// tables built: frame pointers there.
+	UnsupportedRows, InvalidFDEs uint64
 }
 
 // Tables builds unwind rows for the binaries that sampled processes map,
@@ -77,20 +79,30 @@ type Tables struct {
 	jobs chan job
 	done chan struct{}
 
-	mu       sync.Mutex
-	binaries map[proc.FileKey]*table
-	procs    map[uint32]*listed
-	free     []span // free rows, sorted by first, coalesced
-	stats    TableStats
-	closed   bool
+	// queue orders sending on jobs, numbering them, and guards it against
+	// Close; the worker never holds it, so Learn and Forget do not wait.
+	queue  sync.Mutex
+	sent   uint64 // jobs queued
+	closed bool
+
+	// The worker alone changes what mu guards; Stats and Forget read or
+	// add under it, and the worker never holds it over I/O.
+	mu        sync.Mutex
+	binaries  map[proc.FileKey]*table
+	procs     map[uint32]*listed
+	free      []span // free rows, sorted by first, coalesced
+	room      uint64 // bumped whenever rows may have become free
+	forgotten []job  // Forget's, done once the jobs before them are
+	stats     TableStats
 }
 
 type job struct {
 	pid        int
 	generation uint32
 	mappings   []proc.Mapping // a copy: the caller's may change
-	forget     bool
-	flushed    chan struct{} // closed once the jobs before it are done
+	relist     bool           // a listing put off (relistInterval)
+	flushed    chan struct{}  // closed once the jobs before it are done
+	seq        uint64         // its number in the queue; for a Forget, the last job before it
 }
 
 // table is one binary's rows in the Kernel; rows == 0 when it has none.
@@ -100,7 +112,8 @@ type table struct {
 	layout      symbol.Layout
 	refs        int // listed processes mapping it
 	lastUse     time.Time
-	overBudget  bool // no room when built: retried when room frees
+	overBudget  bool   // no room when built: retried when room frees
+	room        uint64 // Tables.room when it did not fit
 }
 
 // listed is a process the Kernel lists.
@@ -135,39 +148,57 @@ func (t *Tables) Learn(p *proc.Process, generation uint32) {
 	t.send(job{pid: p.PID, generation: generation, mappings: append([]proc.Mapping(nil), p.Mappings...)})
 }
 
-// Forget stops walking process pid's image generation with tables.
+// Forget stops walking process pid's image generation with tables, after
+// what was asked before. A full queue never drops it.
 func (t *Tables) Forget(pid, generation uint32) {
-	t.send(job{pid: int(pid), generation: generation, forget: true})
+	t.queue.Lock()
+	after := t.sent
+	t.queue.Unlock()
+	t.mu.Lock()
+	t.forgotten = append(t.forgotten, job{pid: int(pid), generation: generation, seq: after})
+	t.mu.Unlock()
+	t.send(job{}) // wakes the worker; when the queue is full it is awake
 }
 
 func (t *Tables) send(j job) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.queue.Lock()
+	defer t.queue.Unlock()
 	if t.closed {
 		return
 	}
+	j.seq = t.sent + 1
 	select {
 	case t.jobs <- j:
+		t.sent++
 	default:
-		t.stats.Dropped++
+		if j.pid != 0 {
+			t.mu.Lock()
+			t.stats.Dropped++
+			t.mu.Unlock()
+		}
 	}
 }
 
 // Flush waits until what was asked before it is done; not after Close.
 func (t *Tables) Flush() {
 	done := make(chan struct{})
-	t.jobs <- job{flushed: done}
+	t.queue.Lock()
+	t.sent++
+	seq := t.sent
+	t.queue.Unlock()
+	t.jobs <- job{flushed: done, seq: seq}
 	<-done
 }
 
 // Close stops the builder once it has done what it was asked; the Kernel
 // keeps what it holds.
 func (t *Tables) Close() {
-	t.mu.Lock()
+	t.queue.Lock()
 	t.closed = true
 	close(t.jobs)
-	t.mu.Unlock()
+	t.queue.Unlock()
 	<-t.done
+	t.forgetDone(^uint64(0))
 }
 
 // Stats returns the counters.
@@ -188,29 +219,52 @@ func (t *Tables) Stats() TableStats {
 func (t *Tables) run() {
 	defer close(t.done)
 	for j := range t.jobs {
-		if j.flushed != nil {
-			close(j.flushed)
-			continue
+		t.do(j)
+		t.forgetDone(j.seq)
+	}
+}
+
+// forgetDone does the Forgets whose preceding jobs, up to seq, are done.
+func (t *Tables) forgetDone(seq uint64) {
+	t.mu.Lock()
+	var due, later []job
+	for _, f := range t.forgotten {
+		if f.seq <= seq {
+			due = append(due, f)
+		} else {
+			later = append(later, f)
 		}
-		if j.forget {
-			t.forget(uint32(j.pid), j.generation)
-			continue
+	}
+	t.forgotten = later
+	t.mu.Unlock()
+	for _, f := range due {
+		t.forget(uint32(f.pid), f.generation)
+	}
+}
+
+func (t *Tables) do(j job) {
+	switch l := t.procs[uint32(j.pid)]; {
+	case j.flushed != nil:
+		close(j.flushed)
+	case j.pid == 0: // a wake-up
+	case l != nil && l.generation == j.generation:
+		// Listed again: at most every relistInterval.
+		if wait := relistInterval - time.Since(l.relisted); wait > 0 {
+			j.relist = true
+			time.AfterFunc(wait, func() { t.send(j) })
+			return
 		}
-		relist := false
-		if l := t.procs[uint32(j.pid)]; l != nil && l.generation == j.generation {
-			relist = true
-			if wait := relistInterval - time.Since(l.relisted); wait > 0 {
-				time.AfterFunc(wait, func() { t.send(j) })
-				continue
-			}
-		}
-		t.list(j, relist)
+		t.list(j, true)
+	case j.relist:
+		// Put off, and since forgotten or replaced: nothing to do.
+	default:
+		t.list(j, false)
 	}
 }
 
 // list builds what j's mappings need and lists its process in the Kernel,
-// again if relist; a process none of whose mappings has rows is left to
-// frame pointers.
+// again if relist. A process none of whose files has rows, the vDSO aside
+// (every process maps it), is left to the kernel's frame pointer walk.
 func (t *Tables) list(j job, relist bool) {
 	pid, generation := uint32(j.pid), j.generation
 	var ms []Mapping
@@ -224,29 +278,48 @@ func (t *Tables) list(j job, relist bool) {
 		if b := t.tableOf(j.pid, m); b != nil && b.rows > 0 {
 			if bias, ok := b.layout.Bias(m); ok {
 				e.Base, e.First, e.Rows = bias+b.base, b.first, b.rows
+				// Pinned now: building the next mapping's table may
+				// evict unpinned ones.
+				t.mu.Lock()
+				b.refs++
+				t.mu.Unlock()
 				used = append(used, b)
 			}
 		}
 		ms = append(ms, e)
 	}
-	if len(used) == 0 {
+	vdsoOnly := len(used) == 1 && used[0] == t.binaries[proc.FileKey{}]
+	if len(used) == 0 || vdsoOnly {
+		t.unpin(used)
 		t.forget(pid, 0)
 		return
 	}
-	if err := t.k.SetUnwind(pid, generation, ms); err != nil {
+	if err := t.k.SetUnwind(pid, generation, ms, len(ms) < len(j.mappings)); err != nil {
+		t.unpin(used)
+		t.mu.Lock()
+		t.stats.ListFailed++
+		t.mu.Unlock()
 		return // the process keeps frame pointers
 	}
 	t.release(pid)
-	t.mu.Lock()
-	for _, b := range used {
-		b.refs++
-	}
 	l := &listed{generation: generation, tables: used}
 	if relist {
 		l.relisted = time.Now()
 	}
+	t.mu.Lock()
 	t.procs[pid] = l
 	t.mu.Unlock()
+}
+
+// unpin drops a reference to each of tables.
+func (t *Tables) unpin(tables []*table) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range tables {
+		if b.refs--; b.refs == 0 {
+			t.room++
+		}
+	}
 }
 
 // forget unlists pid if its listed image is generation (any, for 0).
@@ -261,14 +334,14 @@ func (t *Tables) forget(pid, generation uint32) {
 
 // release drops pid's references to its tables.
 func (t *Tables) release(pid uint32) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if l := t.procs[pid]; l != nil {
-		for _, b := range l.tables {
-			b.refs--
-		}
-		delete(t.procs, pid)
+	l := t.procs[pid]
+	if l == nil {
+		return
 	}
+	t.unpin(l.tables)
+	t.mu.Lock()
+	delete(t.procs, pid)
+	t.mu.Unlock()
 }
 
 // tableOf returns the rows of the file behind m, building them the first
@@ -279,12 +352,10 @@ func (t *Tables) tableOf(pid int, m *proc.Mapping) *table {
 		return nil // anonymous memory: frame pointers
 	}
 	k := m.Key() // zero for the vDSO, the same in every process
-	t.mu.Lock()
 	b := t.binaries[k]
-	t.mu.Unlock()
-	if b != nil && !b.overBudget {
+	if b != nil && (!b.overBudget || b.room == t.room) {
 		b.lastUse = time.Now()
-		return b
+		return b // an over-budget one is tried again once room may have freed
 	}
 	var r io.ReaderAt
 	if vdso {
@@ -304,16 +375,17 @@ func (t *Tables) tableOf(pid int, m *proc.Mapping) *table {
 	b = &table{lastUse: time.Now()}
 	rows, err := t.parse(r, b)
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.binaries[k] = b
 	switch {
 	case errors.Is(err, ErrNoCFI), err == nil && len(rows) == 0:
 		t.stats.NoCFI++
+	case errors.Is(err, ErrTooManyRows), err == nil && rows[len(rows)-1].PC-rows[0].PC > 1<<32-1:
+		t.stats.Unusable++
 	case err != nil:
 		t.stats.Malformed++
-	case len(rows) > maxTableRows || rows[len(rows)-1].PC-rows[0].PC > 1<<32-1:
-		t.stats.Unusable++
-	default:
+	}
+	t.mu.Unlock()
+	if err == nil && len(rows) > 0 {
 		t.load(b, rows)
 	}
 	return b
@@ -327,46 +399,49 @@ func (t *Tables) parse(f io.ReaderAt, b *table) ([]Row, error) {
 		return nil, fmt.Errorf("read ELF: %w", err)
 	}
 	b.layout = symbol.Segments(ef)
-	var rows []Row
-	if isGo(ef) {
-		err = fmt.Errorf("a Go program: %w", ErrNoCFI)
-	} else {
-		rows, _, err = Parse(ef)
+	// Go code keeps frame pointers, which the kernel walks for less, and
+	// a Go program's .debug_frame would take table memory for every Go
+	// function on the node. (C code linked in by cgo runs mostly in
+	// libraries, which get their tables.)
+	if symbol.IsGo(ef) {
+		return nil, fmt.Errorf("a Go program: %w", ErrNoCFI)
 	}
+	rows, st, err := Parse(ef)
 	t.mu.Lock()
 	t.stats.Built++
 	t.stats.BuildTime += time.Since(start)
+	t.stats.UnsupportedRows += uint64(st.Unsupported)
+	t.stats.InvalidFDEs += uint64(st.Invalid)
 	t.mu.Unlock()
 	return rows, err
 }
 
 // load places rows in the Kernel, evicting the least recently used tables
-// no listed process maps when there is no room. Callers hold mu.
+// no listed process maps when there is no room. The rows are written
+// without holding mu.
 func (t *Tables) load(b *table, rows []Row) {
 	n := uint32(len(rows))
+	t.mu.Lock()
 	first, ok := t.alloc(n)
 	for !ok && t.evict() {
 		first, ok = t.alloc(n)
 	}
 	if !ok {
-		b.overBudget = true
+		b.overBudget, b.room = true, t.room
 		t.stats.OverBudget++
+	}
+	t.mu.Unlock()
+	if !ok {
 		return
 	}
-	if err := t.k.WriteRows(first, rows, rows[0].PC); err != nil {
+	err := t.k.WriteRows(first, rows)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
 		t.freeSpan(span{first, n})
 		return
 	}
 	b.first, b.rows, b.base, b.overBudget = first, n, rows[0].PC, false
-}
-
-// isGo reports a Go program. Go code keeps frame pointers, which the
-// kernel walks for less, and its .debug_frame would take table memory for
-// every Go function on the node: Go processes are not listed. (C code a
-// cgo program links in has .eh_frame rows but runs mostly in libraries,
-// which get theirs.)
-func isGo(f *elf.File) bool {
-	return f.Section(".go.buildinfo") != nil || f.Section(".gopclntab") != nil || f.Section(".note.go.buildid") != nil
 }
 
 // evict frees the least recently used table no listed process maps;
@@ -387,7 +462,8 @@ func (t *Tables) evict() bool {
 	return true
 }
 
-// alloc takes n rows from the first free span that holds them.
+// alloc takes n rows from the first free span that holds them. Callers
+// hold mu.
 func (t *Tables) alloc(n uint32) (uint32, bool) {
 	for i, s := range t.free {
 		if s.n >= n {
@@ -402,7 +478,9 @@ func (t *Tables) alloc(n uint32) (uint32, bool) {
 }
 
 // freeSpan returns s to the free list, merging it with its neighbours.
+// Callers hold mu.
 func (t *Tables) freeSpan(s span) {
+	t.room++
 	i := sort.Search(len(t.free), func(i int) bool { return t.free[i].first > s.first })
 	t.free = append(t.free, span{})
 	copy(t.free[i+1:], t.free[i:])

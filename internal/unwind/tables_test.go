@@ -13,16 +13,19 @@ import (
 
 // fakeKernel records what Tables writes.
 type fakeKernel struct {
-	rows  map[uint32]Row
-	procs map[uint32][]Mapping
-	gens  map[uint32]uint32
+	writes int // WriteRows calls
+	rows   map[uint32]Row
+	procs  map[uint32][]Mapping
+	gens   map[uint32]uint32
 }
 
 func newFakeKernel() *fakeKernel {
 	return &fakeKernel{rows: map[uint32]Row{}, procs: map[uint32][]Mapping{}, gens: map[uint32]uint32{}}
 }
 
-func (k *fakeKernel) WriteRows(first uint32, rows []Row, base uint64) error {
+func (k *fakeKernel) WriteRows(first uint32, rows []Row) error {
+	k.writes++
+	base := rows[0].PC
 	for i, r := range rows {
 		r.PC -= base
 		k.rows[first+uint32(i)] = r
@@ -30,7 +33,7 @@ func (k *fakeKernel) WriteRows(first uint32, rows []Row, base uint64) error {
 	return nil
 }
 
-func (k *fakeKernel) SetUnwind(pid, generation uint32, ms []Mapping) error {
+func (k *fakeKernel) SetUnwind(pid, generation uint32, ms []Mapping, partial bool) error {
 	k.procs[pid], k.gens[pid] = ms, generation
 	return nil
 }
@@ -219,5 +222,65 @@ func TestTablesGenerations(t *testing.T) {
 	}
 	if st := tb.Stats(); st.Malformed != 1 {
 		t.Errorf("%d files counted malformed, want 1 (a text file)", st.Malformed)
+	}
+}
+
+// TestTablesPinWhileListing checks that building one mapping's table does
+// not evict the table of another mapping of the same process, and that a
+// table that did not fit is not read again while no room freed.
+func TestTablesPinWhileListing(t *testing.T) {
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Close()
+	libcRows := tb.Stats().RowsUsed
+
+	// Room for libc's rows only: libm fits first, then libc must not take
+	// its place, since the process being listed maps both.
+	k = newFakeKernel()
+	tb = newTables(k, libcRows)
+	p := &proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000), mapping(t, libc, 0x3000000)}}
+	tb.Learn(p, 1)
+	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x3000000)}}, 1)
+	tb.Close()
+	st := tb.Stats()
+	ms := k.procs[2]
+	if len(ms) != 2 || ms[0].Rows == 0 || ms[1].Rows != 0 {
+		t.Fatalf("process 2 listed %+v; want libm's rows and none for libc", ms)
+	}
+	if k.writes != 1 || st.Binaries != 1 {
+		t.Errorf("%d tables written, %d loaded; want libm's alone, its rows not overwritten", k.writes, st.Binaries)
+	}
+	if st.Built != 2 || st.OverBudget != 1 {
+		t.Errorf("built %d tables, %d over budget; want 2 and 1: libc is not read again for process 3", st.Built, st.OverBudget)
+	}
+}
+
+// TestTablesVDSOOnly checks that a process whose only file with rows is the
+// vDSO, as a Go program's, is left to the kernel's frame pointer walk.
+func TestTablesVDSOOnly(t *testing.T) {
+	self, err := proc.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vdso *proc.Mapping
+	for i := range self.Mappings {
+		if self.Mappings[i].Path == "[vdso]" {
+			vdso = &self.Mappings[i]
+		}
+	}
+	if vdso == nil {
+		t.Skip("no vDSO mapped")
+	}
+	k := newFakeKernel()
+	tb := newTables(k, 1<<22)
+	tb.Learn(&proc.Process{PID: 9, Mappings: []proc.Mapping{*vdso, {Start: 0x1000, End: 0x2000}}}, 1)
+	tb.Learn(&proc.Process{PID: 10, Mappings: []proc.Mapping{*vdso, mapping(t, libm, 0x1000000)}}, 1)
+	tb.Close()
+	if k.procs[9] != nil {
+		t.Errorf("a process with rows for the vDSO only was listed: %+v", k.procs[9])
+	}
+	if ms := k.procs[10]; len(ms) != 2 || ms[0].Rows == 0 && ms[1].Rows == 0 {
+		t.Errorf("process 10 listed %+v; want the vDSO's and libm's rows", ms)
 	}
 }
