@@ -2,7 +2,7 @@
 # spends on them; sourced by agent.sh and agent-ab.sh when CHURN is set.
 #
 # Each new process is a real python3 run (a few imports, ~33 ms of CPU:
-# sampled about once at 99 Hz, so the agent learns it) started CHURN times a
+# sampled about three times at 99 Hz, so the agent learns it) started CHURN times a
 # second whether the previous ones have finished or not. churn_phases runs
 # the agent with churn off then on, PHASE seconds each, and reports the
 # agent's and its BPF programs' CPU in both and the CPU per new process

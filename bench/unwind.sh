@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # unwind.sh: what walking stacks without frame pointers costs, side by side
 # in one run, each case on a fixture busy on every CPU:
-#   fp        flint on spin.c built with frame pointers (the kernel's walk)
+#   fp        flint on spin.c built with frame pointers, --unwind-memory 0
+#             (the kernel's walk; with tables its .eh_frame rows would be used)
 #   fp-deep   flint on the nofp fixture built with frame pointers (the same
 #             walk, as deep as the fixture's stacks reach through libc)
 #   nofp-fp   flint on the nofp fixture with --unwind-memory 0 (the same
@@ -15,9 +16,9 @@
 #
 # For flint: the sample program's run time per run, from the kernel's BPF
 # statistics, and the stack depth reached. For perf, whose work per sample
-# is not a BPF program: the bytes it writes per sample (the used part of
-# the 8 KiB of stack it copies in the kernel), and the CPU time of perf
-# record and of perf report, which unwinds them, per sample.
+# is not a BPF program: the bytes it writes per sample (a record holds the
+# whole 8 KiB of stack the kernel copies), and the CPU time of perf record
+# and of perf report, which unwinds them, per sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-10}
@@ -65,16 +66,16 @@ perf_case() {
 	rec=$( { time perf record -q -e cpu-clock -c $((1000000000 / freq)) --call-graph dwarf -p "$fx" \
 		-o "$tmp/perf.data" -- sleep "$secs" >/dev/null 2>&1; } 2>&1 | tail -1)
 	kill $fx; wait $fx 2>/dev/null || true
-	local samples; samples=$(perf script -i "$tmp/perf.data" -F ip 2>/dev/null | grep -c '^$' || true)
+	local samples; samples=$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')
 	local bytes; bytes=$(stat -c %s "$tmp/perf.data")
 	report=$( { time perf report -i "$tmp/perf.data" --stdio >/dev/null 2>&1; } 2>&1 | tail -1)
 	echo "$samples $bytes $rec $report" | awk -v hz="$freq" '{
-		printf "perf     %d Hz: %5.0f bytes/sample over %d samples; perf record %.2f s, perf report %.2f s of CPU: %.0f and %.0f us a sample\n",
+		printf "perf     %d Hz: %5.0f bytes written/sample over %d samples; perf record %.2f s, perf report %.2f s of CPU: %.0f and %.0f us a sample\n",
 			hz, $2 / $1, $1, $3 + $4, $5 + $6, ($3 + $4) * 1e6 / $1, ($5 + $6) * 1e6 / $1 }'
 }
 
 for _ in $(seq "$rounds"); do
-	flint_case fp "" "$tmp/spin"
+	flint_case fp "--unwind-memory 0" "$tmp/spin"
 	flint_case fp-deep "--unwind-memory 0" "$tmp/nofp-withfp" "$tmp/plugin.so"
 	flint_case nofp-fp "--unwind-memory 0" "$tmp/nofp" "$tmp/plugin.so"
 	flint_case nofp "" "$tmp/nofp" "$tmp/plugin.so"

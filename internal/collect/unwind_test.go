@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/profile"
 )
 
@@ -77,7 +78,7 @@ func TestRecordWithoutFramePointers(t *testing.T) {
 // fixture's functions take the same shares within 3 points.
 func TestRecordLikePerfDWARF(t *testing.T) {
 	requireRoot(t)
-	requireTools(t, "perf")
+	fixture.NeedTools(t, "perf")
 	fx := buildFixtures(t)
 	cmd := startFixture(t, fx["nofp"], fx["nofp-plugin"], "60")
 	p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
@@ -97,7 +98,7 @@ func TestRecordLikePerfDWARF(t *testing.T) {
 // 67% of flint's samples with it running).
 func TestRecordRedisLikePerfDWARF(t *testing.T) {
 	requireRoot(t)
-	requireTools(t, "perf", "redis-server", "redis-benchmark")
+	fixture.NeedTools(t, "perf", "redis-server", "redis-benchmark")
 	port := strconv.Itoa(freePort(t))
 	server := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := server.Start(); err != nil {
@@ -226,15 +227,6 @@ func sameLeaves(ours, theirs []stackCount, own map[string]bool) (ourShares, thei
 		}
 	}
 	return ourShares, theirShares
-}
-
-func requireTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make deps installs it)", tool)
-		}
-	}
 }
 
 // freePort returns a TCP port nothing listens on now.
@@ -398,7 +390,7 @@ func parsePerfScript(out []byte) (stacks []stackCount, dsos map[string]string) {
 // or loses a sample.
 func TestRecordHostileEHFrame(t *testing.T) {
 	requireRoot(t)
-	requireTools(t, "objcopy")
+	fixture.NeedTools(t, "objcopy")
 	fx := buildFixtures(t)
 	for _, tc := range []struct {
 		name  string

@@ -67,8 +67,8 @@ var (
 )
 
 const (
-	// maxRows bounds the rows of one file, 192 MiB of them, and its
-	// FDEs. libLLVM 19, 6 MB of .eh_frame, has 1.2 million rows.
+	// maxRows bounds the rows of one file, 128 MiB of them, and its
+	// FDEs (192 MiB). libLLVM 19, 6 MB of .eh_frame, has 1.2 million rows.
 	maxRows = 8 << 20
 	// maxSection bounds the bytes read for one section, also the
 	// decompressed size of a compressed .debug_frame.
@@ -386,10 +386,9 @@ func (p *parser) readCIE(s *frameSection, c *cursor) (cie, error) {
 				a.u8() // LSDA encoding: FDEs' augmentation data is skipped whole
 			case 'P':
 				enc := a.u8()
-				if !knownFormat(enc & 0x0f) {
+				if _, ok := a.value(enc&0x0f, ci.addrSize); !ok {
 					return ci, fmt.Errorf("personality pointer encoding %#x", enc)
 				}
-				a.read(enc&0x0f, ci.addrSize)
 			case 'R':
 				ci.fdeEnc = a.u8()
 			case 'S':
@@ -424,7 +423,7 @@ func (p *parser) readFDE(s *frameSection, c *cursor, ci uint32) (fde, error) {
 	if !ok {
 		return fde{}, fmt.Errorf("address encoding %#x", cp.fdeEnc)
 	}
-	size := c.read(cp.fdeEnc&0x0f, cp.addrSize) // pointer checked the format
+	size, _ := c.value(cp.fdeEnc&0x0f, cp.addrSize) // pointer checked the format
 	if cp.augData {
 		c.skip(c.uleb())
 	}
@@ -455,7 +454,6 @@ const (
 	peTextRel  = 0x20
 	peDataRel  = 0x30
 	peIndirect = 0x80
-	peOmit     = 0xff
 )
 
 // pointer reads an address encoded as enc. pcrel is relative to the
@@ -463,11 +461,11 @@ const (
 // resolved (no compiler writes them for FDE addresses).
 func (p *parser) pointer(s *frameSection, c *cursor, enc, addrSize uint8) (uint64, bool) {
 	at := s.addr + uint64(c.i)
-	if enc == peOmit || enc&peIndirect != 0 || !knownFormat(enc&0x0f) {
+	if enc&peIndirect != 0 { // DW_EH_PE_omit (0xff) too
 		return 0, false
 	}
-	v := c.read(enc&0x0f, addrSize)
-	if c.bad {
+	v, ok := c.value(enc&0x0f, addrSize)
+	if !ok || c.bad {
 		return 0, false
 	}
 	switch enc & 0x70 {
@@ -483,41 +481,33 @@ func (p *parser) pointer(s *frameSection, c *cursor, enc, addrSize uint8) (uint6
 	return 0, false
 }
 
-// knownFormat reports whether format is a DW_EH_PE_* value format.
-func knownFormat(format uint8) bool {
-	switch format {
-	case peAbsptr, peSigned, peULEB128, peUdata2, peUdata4, peUdata8, peSLEB128, peSdata2, peSdata4, peSdata8:
-		return true
-	}
-	return false
-}
-
-// read reads a value of a known DW_EH_PE_* format.
-func (c *cursor) read(format, addrSize uint8) uint64 {
+// value reads a value of DW_EH_PE_* format format; false for no such
+// format.
+func (c *cursor) value(format, addrSize uint8) (uint64, bool) {
 	switch format {
 	case peAbsptr:
-		return c.uint(addrSize)
+		return c.uint(addrSize), true
 	case peSigned:
 		if addrSize == 4 {
-			return uint64(int64(int32(c.u32())))
+			return uint64(int64(int32(c.u32()))), true
 		}
-		return c.u64()
+		return c.u64(), true
 	case peULEB128:
-		return c.uleb()
+		return c.uleb(), true
 	case peUdata2:
-		return uint64(c.u16())
+		return uint64(c.u16()), true
 	case peUdata4:
-		return uint64(c.u32())
+		return uint64(c.u32()), true
 	case peUdata8, peSdata8:
-		return c.u64()
+		return c.u64(), true
 	case peSLEB128:
-		return uint64(c.sleb())
+		return uint64(c.sleb()), true
 	case peSdata2:
-		return uint64(int64(int16(c.u16())))
+		return uint64(int64(int16(c.u16()))), true
 	case peSdata4:
-		return uint64(int64(int32(c.u32())))
+		return uint64(int64(int32(c.u32()))), true
 	}
-	return 0
+	return 0, false
 }
 
 // buildRows sorts the FDEs, drops overlapping ones and runs the rest.
@@ -749,10 +739,17 @@ func (p *parser) run(s *frameSection, ci *cie, c *cursor, st *state, loc, end ui
 				st.cfaOff = c.sleb() * ci.dataAlign
 			case cfaDefCFARegister:
 				st.cfa, st.cfaReg = cfaReg, c.uleb()
-			case cfaDefCFAOffset:
-				st.cfaOff = int64(c.uleb())
-			case cfaDefCFAOffsetSF:
-				st.cfaOff = c.sleb() * ci.dataAlign
+			case cfaDefCFAOffset, cfaDefCFAOffsetSF:
+				if op == cfaDefCFAOffset {
+					st.cfaOff = int64(c.uleb())
+				} else {
+					st.cfaOff = c.sleb() * ci.dataAlign
+				}
+				// DWARF allows a new offset only for a register CFA;
+				// after an expression, cfaOff is the PLT threshold.
+				if st.cfa == cfaPLTExpr {
+					st.cfa = cfaExpr
+				}
 			case cfaDefCFAExpression:
 				n := c.uleb()
 				from := c.i
@@ -949,35 +946,23 @@ func (c *cursor) u8() uint8 {
 	return v
 }
 
-func (c *cursor) u16() uint16 {
-	if len(c.b)-c.i < 2 {
+// zeros is what a read past the end gives.
+var zeros [8]byte
+
+// next returns the n bytes at i and moves past them, or n zero bytes
+// past the end.
+func (c *cursor) next(n int) []byte {
+	if len(c.b)-c.i < n {
 		c.overrun()
-		return 0
+		return zeros[:n]
 	}
-	v := binary.LittleEndian.Uint16(c.b[c.i:])
-	c.i += 2
-	return v
+	c.i += n
+	return c.b[c.i-n : c.i]
 }
 
-func (c *cursor) u32() uint32 {
-	if len(c.b)-c.i < 4 {
-		c.overrun()
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(c.b[c.i:])
-	c.i += 4
-	return v
-}
-
-func (c *cursor) u64() uint64 {
-	if len(c.b)-c.i < 8 {
-		c.overrun()
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(c.b[c.i:])
-	c.i += 8
-	return v
-}
+func (c *cursor) u16() uint16 { return binary.LittleEndian.Uint16(c.next(2)) }
+func (c *cursor) u32() uint32 { return binary.LittleEndian.Uint32(c.next(4)) }
+func (c *cursor) u64() uint64 { return binary.LittleEndian.Uint64(c.next(8)) }
 
 // uint reads an unsigned value of size 4 or 8.
 func (c *cursor) uint(size uint8) uint64 {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
 )
 
@@ -145,9 +146,7 @@ func TestTablesBudget(t *testing.T) {
 // TestTablesEmptyCFI checks that a file whose .eh_frame holds no entry
 // lists nothing.
 func TestTablesEmptyCFI(t *testing.T) {
-	if _, err := exec.LookPath("objcopy"); err != nil {
-		t.Skip("needs objcopy (binutils)")
-	}
+	fixture.NeedTools(t, "objcopy")
 	dir := t.TempDir()
 	empty, bin := filepath.Join(dir, "empty"), filepath.Join(dir, "bin")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
@@ -170,9 +169,7 @@ func TestTablesEmptyCFI(t *testing.T) {
 // TestTablesGoProgram checks that a Go program is left to frame pointers
 // though its .debug_frame has rows.
 func TestTablesGoProgram(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs go to build a Go program")
-	}
+	fixture.NeedTools(t, "go")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o600); err != nil {
 		t.Fatal(err)
