@@ -220,9 +220,5 @@ func runAgent(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := agent.Run(ctx, c.Options); err != nil {
-		return err
-	}
-	logger.Printf("agent stopped; last window written")
-	return nil
+	return agent.Run(ctx, c.Options)
 }

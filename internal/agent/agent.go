@@ -225,6 +225,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Logf("serving the API on %s", api.URL())
 	}
 	a.loop(ctx)
+	o.Logf("agent stopping; last window written: %d windows, %d samples in all", a.metrics.windowsWritten.Load(), a.metrics.samplesWritten.Load())
 	if api != nil {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
