@@ -127,7 +127,7 @@ join -t "$(printf '\t')" "$out/progs0.tsv" "$out/progs1.tsv" | awk -F '\t' -v s=
 $7 > $4 { printf "| BPF program %s | %.4f%% of one core: %d runs of %.0f ns |\n", $2, 100 * ($6 - $3) / 1e9 / s, $7 - $4, ($6 - $3) / ($7 - $4) }' |
 	tee -a "$out/summary.md"
 awk -v w="${walks:-0}" -v c="${complete:-0}" -v r="${rows:-0}" -v b="${binaries:-0}" 'BEGIN {
-	printf "| stacks walked with unwind tables | %d, %.1f%% to the outermost frame |\n", w, w > 0 ? 100 * c / w : 0
+	printf "| stacks walked with unwind tables | %d, %.1f%% to the outermost frame |\n", w, (w > 0 ? 100 * c / w : 0)
 	printf "| unwind rows loaded | %d (%d binaries, %.1f MB of kernel memory) |\n", r, b, r * 12 / 1e6 }' | tee -a "$out/summary.md"
 [[ -z $churned ]] || echo "$churned" | tee -a "$out/summary.md"
 

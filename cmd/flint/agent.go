@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,9 +16,12 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/agent"
+	"github.com/flint-dev/flint/internal/export"
 	"github.com/flint-dev/flint/internal/kube"
+	"github.com/flint-dev/flint/internal/otlp"
 	"github.com/flint-dev/flint/internal/privilege"
 	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/server"
 	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/tracefs"
 )
@@ -27,6 +31,14 @@ type AgentConfig struct {
 	agent.Options
 	// Listen fills Options.API, Token and AllowHosts.
 	Listen ListenConfig
+	// ExportURLs are the --export targets; Validate makes them
+	// Options.Exports.
+	ExportURLs []string
+	// Receive is what --receive takes: "otlp" or "" (nothing).
+	Receive string
+	// ReceiveListen is where --receive otlp listens for gRPC, with the
+	// API's token and TLS files; Validate puts it in Options.ReceiveOTLP.
+	ReceiveListen string
 	// Warnings are what Validate allowed but the operator should fix.
 	Warnings []string
 }
@@ -62,6 +74,28 @@ func (c *AgentConfig) Validate() error {
 	}
 	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
 		return err
+	}
+	c.Exports = nil
+	for _, raw := range c.ExportURLs {
+		sender, err := newSender(raw)
+		if err != nil {
+			return fmt.Errorf("--export: %w", err)
+		}
+		c.Exports = append(c.Exports, sender)
+	}
+	switch c.Receive {
+	case "":
+	case "otlp":
+		// The receiver answers what the API answers: a token is needed
+		// beyond loopback.
+		warnings, err := server.Endpoint{Addr: c.ReceiveListen, TLSCert: c.API.TLSCert, TLSKey: c.API.TLSKey}.Check(c.Token)
+		if err != nil {
+			return fmt.Errorf("--receive-listen: %w", err)
+		}
+		c.Warnings = append(c.Warnings, warnings...)
+		c.ReceiveOTLP = c.ReceiveListen
+	default:
+		return fmt.Errorf("--receive %q: the only protocol received is otlp", c.Receive)
 	}
 	if c.Store == "" {
 		return nil
@@ -176,6 +210,12 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.BoolVar(&c.Kubelet.InsecureSkipVerify, "kubelet-insecure-tls", false, "accept any kubelet certificate (kubelets that sign their own)")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: aggregate or ringbuf")
 	unwindMemoryFlag(fs, &c.UnwindMemory)
+	fs.Func("export", "also send every window to this `URL`: otlp://HOST:4317 (OTLP gRPC; otlps:// with TLS), otlphttp://HOST:4318 (OTLP HTTP; otlphttps://), pyroscope://HOST:4040 (pyroscopes://); repeatable", func(s string) error {
+		c.ExportURLs = append(c.ExportURLs, s) // checked by Validate, whose errors hide passwords
+		return nil
+	})
+	fs.StringVar(&c.Receive, "receive", "", "also store profiles other profilers send with this `protocol`: otlp (OTLP profiles over gRPC on --receive-listen, and over HTTP on the API at /v1development/profiles)")
+	fs.StringVar(&c.ReceiveListen, "receive-listen", "127.0.0.1:4317", "`address` where --receive otlp takes gRPC")
 	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -221,4 +261,19 @@ func runAgent(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return agent.Run(ctx, c.Options)
+}
+
+// newSender returns the export target a --export URL names.
+func newSender(raw string) (export.Sender, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, errors.New("not a URL") // url's error would show a password
+	}
+	switch u.Scheme {
+	case "otlp", "otlps", "otlphttp", "otlphttps":
+		return otlp.NewSender(u, version)
+	case "pyroscope", "pyroscopes":
+		return export.NewPyroscope(u, nil)
+	}
+	return nil, fmt.Errorf("%s: want otlp://, otlps://, otlphttp://, otlphttps://, pyroscope:// or pyroscopes://", u.Redacted())
 }

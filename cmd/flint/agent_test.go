@@ -82,6 +82,36 @@ func TestParseAgentStore(t *testing.T) {
 	}
 }
 
+func TestParseAgentExport(t *testing.T) {
+	c, err := parseAgent(strings.Fields("--export otlp://collector:4317 --export otlphttps://collector:4318 --export pyroscopes://u:secret@pyro.example/prefix --receive otlp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range c.Exports {
+		names = append(names, s.Name())
+	}
+	if got := strings.Join(names, " "); got != "otlp://collector:4317 otlphttps://collector:4318 pyroscopes://pyro.example/prefix" || c.ReceiveOTLP != "127.0.0.1:4317" {
+		t.Errorf("exports %q, receive %q", got, c.ReceiveOTLP)
+	}
+	if c, _ := parseAgent(nil); len(c.Exports) != 0 || c.ReceiveOTLP != "" {
+		t.Errorf("defaults export %d targets and receive on %q; want neither", len(c.Exports), c.ReceiveOTLP)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--export http://collector:4318", `want otlp://`},
+		{"--export otlp://collector", "want otlp://HOST:PORT"},
+		{"--export otlp://u:secret@collector:4317", "credentials"},
+		{"--export pyroscope://", "no host"},
+		{"--receive zipkin", "only protocol received is otlp"},
+		{"--receive otlp --receive-listen 0.0.0.0:4317", "token"},
+	} {
+		_, err := parseAgent(strings.Fields(tc.args))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseAgent(%q): %v, want an error with %q and no password", tc.args, err, tc.want)
+		}
+	}
+}
+
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -144,7 +174,7 @@ func (a *agentProc) get(t *testing.T, path string, q url.Values) []byte {
 // metric reads one value from /metrics.
 func (a *agentProc) metric(t *testing.T, name string) float64 {
 	body := a.get(t, "/metrics", nil)
-	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
 		t.Fatalf("no %s in /metrics", name)
 	}

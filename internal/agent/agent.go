@@ -17,6 +17,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/doctor"
+	"github.com/flint-dev/flint/internal/export"
 	"github.com/flint-dev/flint/internal/kube"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
@@ -67,6 +68,16 @@ type Options struct {
 	// UnwindMemory is the kernel memory, in bytes, for the unwind tables
 	// of code built without frame pointers; 0 walks frame pointers only.
 	UnwindMemory int64
+	// Exports are other targets every window is also sent to (an OTLP
+	// collector, Pyroscope), each through a bounded queue of its own: a
+	// target that is down or slow never holds up sampling or the store.
+	Exports []export.Sender
+	// ReceiveOTLP, when set, is the address where the agent takes OTLP
+	// profiles over gRPC from other profilers (the OpenTelemetry eBPF
+	// profiler, another flint), storing them like its own windows; it then
+	// takes them over HTTP on the API too (POST /v1development/profiles).
+	// Both ask for Token when it is set. "" receives none.
+	ReceiveOTLP string
 	// DoctorEvery is how often flint doctor's detectors examine a window
 	// and store their findings; 0 never.
 	DoctorEvery time.Duration
@@ -113,7 +124,9 @@ type Agent struct {
 	sampler *sampler.Sampler
 	sym     *symbol.Symbolizer
 	coll    *collect.Collector
-	unwind  *unwind.Tables    // nil with UnwindMemory 0
+	unwind  *unwind.Tables // nil with UnwindMemory 0
+	exports []*export.Exporter
+	receive *receiving        // nil without ReceiveOTLP
 	self    map[string]string // the agent's own labels
 	metrics metrics
 
@@ -171,8 +184,19 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer closeStore()
+	if o.ReceiveOTLP != "" {
+		if a.receive, err = a.listenReceive(); err != nil {
+			return err
+		}
+		defer a.receive.stop() // before the store closes
+	}
 	defer a.sym.Close()
 	a.coll = collect.New(a.sym, o.Node)
+	for _, s := range o.Exports {
+		e := export.New(s, export.Options{Logf: o.Logf})
+		a.exports = append(a.exports, e)
+		defer e.Close(exportDrainTimeout)
+	}
 	if o.Kubelet.URL != "" {
 		if o.Kubelet.Logf == nil {
 			o.Kubelet.Logf = o.Logf
@@ -219,10 +243,18 @@ func Run(ctx context.Context, o Options) error {
 
 	var api *server.Running
 	if listener != nil {
-		api = listener.Serve(server.Options{
+		opts := server.Options{
 			Store: a.api, Live: a, Metrics: a.writeMetrics, Token: o.Token, AllowHosts: o.AllowHosts, Node: o.Node,
-		})
+		}
+		if a.receive != nil {
+			opts.Receive = a.receive.otlp
+		}
+		api = listener.Serve(opts)
 		o.Logf("serving the API on %s", api.URL())
+	}
+	if a.receive != nil {
+		a.receive.start()
+		o.Logf("receiving OTLP profiles over gRPC on %s and over HTTP on the API", a.receive.ln.Addr())
 	}
 	a.loop(ctx)
 	o.Logf("agent stopping; last window written: %d windows, %d samples in all", a.metrics.windowsWritten.Load(), a.metrics.samplesWritten.Load())
@@ -274,6 +306,10 @@ func (a *Agent) drainSpool() {
 		a.o.Logf("%d windows wait in the spool for the next start", a.spool.Stats().Windows)
 	}
 }
+
+// exportDrainTimeout is how long a stopping agent waits for export targets
+// to take the windows queued for them.
+const exportDrainTimeout = 5 * time.Second
 
 // stacksPerWindow sizes the kernel stack maps: distinct stacks in a window
 // cannot outnumber its samples; a 2x margin covers the round Trim keeps.
@@ -356,6 +392,9 @@ func (a *Agent) flush(now time.Time) {
 
 	err := a.write(p, findings)
 	a.metrics.record(p, err)
+	for _, e := range a.exports {
+		e.Put(p)
+	}
 	switch {
 	case err != nil && a.metrics.failing() == 1:
 		a.o.Logf("write window: %v (sampling goes on; windows are dropped until writes succeed)", err)

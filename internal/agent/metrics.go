@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flint-dev/flint/internal/export"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/spool"
 	"github.com/flint-dev/flint/internal/unwind"
@@ -81,6 +82,20 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_windows_dropped_total", "Windows dropped because the store (or the spool) could not write them.", "counter", a.metrics.windowsDropped.Load())
 	if a.spool != nil {
 		writeSpoolMetrics(w, a.spool.Stats(), time.Now())
+	}
+	writeExportMetrics(w, a.exports)
+	if a.receive != nil {
+		st := a.receive.otlp.Stats()
+		gauge("flint_receive_requests_total", "OTLP export requests received.", "counter", st.Requests)
+		gauge("flint_receive_profiles_total", "OTLP profiles received and decoded.", "counter", st.Profiles)
+		gauge("flint_receive_samples_total", "Samples in the OTLP profiles decoded.", "counter", st.Samples)
+		fmt.Fprintf(w, "# HELP flint_receive_refused_total OTLP requests or profiles refused, by reason.\n# TYPE flint_receive_refused_total counter\n")
+		for _, r := range []struct {
+			reason string
+			n      int64
+		}{{"invalid_request", st.Invalid}, {"unsupported_type", st.Unsupported}, {"store_failed", st.SinkFailed}} {
+			fmt.Fprintf(w, "flint_receive_refused_total{reason=%q} %d\n", r.reason, r.n)
+		}
 	}
 	gauge("flint_doctor_examinations_total", "Windows flint doctor's detectors examined.", "counter", a.metrics.examinations.Load())
 	gauge("flint_doctor_examinations_failed_total", "Examinations that could not start, end or be stored.", "counter", a.metrics.examinationsFailed.Load())
@@ -181,4 +196,27 @@ func dirSize(dir string) int64 {
 		}
 	}
 	return n
+}
+
+// writeExportMetrics writes each export target's counters, labelled with
+// its URL.
+func writeExportMetrics(w io.Writer, exports []*export.Exporter) {
+	if len(exports) == 0 {
+		return
+	}
+	for _, m := range []struct {
+		name, help, kind string
+		value            func(export.Stats) int64
+	}{
+		{"flint_export_windows_sent_total", "Windows an export target took.", "counter", func(s export.Stats) int64 { return s.Sent }},
+		{"flint_export_send_failures_total", "Tries to send a window that failed and will be retried.", "counter", func(s export.Stats) int64 { return s.Failures }},
+		{"flint_export_windows_rejected_total", "Windows an export target refused for good (dropped).", "counter", func(s export.Stats) int64 { return s.Rejected }},
+		{"flint_export_windows_dropped_total", "Windows dropped from a full export queue.", "counter", func(s export.Stats) int64 { return s.Dropped }},
+		{"flint_export_queue_windows", "Windows waiting for an export target.", "gauge", func(s export.Stats) int64 { return int64(s.Queued) }},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
+		for _, e := range exports {
+			fmt.Fprintf(w, "%s{target=%q} %d\n", m.name, e.Name(), m.value(e.Stats()))
+		}
+	}
 }

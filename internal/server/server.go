@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flint-dev/flint/internal/otlp"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/selector"
 	"github.com/flint-dev/flint/internal/store"
@@ -43,6 +44,11 @@ type Options struct {
 	AllowHosts []string
 	// Node names this machine in flame graph titles; empty: not shown.
 	Node string
+	// Receive, if set, takes OTLP profiles (internal/otlp) at POST
+	// otlp.HTTPPath, under the same Host and token checks as the API. A
+	// browser cannot send them from another site: their content type
+	// needs a CORS preflight, which is never granted.
+	Receive http.Handler
 	// QueryTimeout bounds each store query; zero: one minute.
 	QueryTimeout time.Duration
 	// MaxSamples bounds the distinct samples (stack and labels) of one
@@ -121,6 +127,9 @@ func newServer(o Options, now func() time.Time) *server {
 	mux.Handle("GET /api/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusNotFound, errNotFound.Error())
 	}))
+	if o.Receive != nil {
+		mux.Handle("POST "+otlp.HTTPPath, o.Receive)
+	}
 	mux.HandleFunc("GET /debug/pprof/profile", s.handleLive)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
 	mux.HandleFunc("GET /healthz", handleHealth)
@@ -138,7 +147,8 @@ func (s *server) guard(next http.Handler) http.Handler {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			writeErr = jsonError
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		receive := s.o.Receive != nil && r.URL.Path == otlp.HTTPPath
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !(receive && r.Method == http.MethodPost) {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeErr(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed (use GET)")
 			return

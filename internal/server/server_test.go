@@ -583,3 +583,33 @@ func TestPprofNode(t *testing.T) {
 		t.Errorf("node tags %q, want n1 and n2", nodes)
 	}
 }
+
+// TestReceiveRoute checks that OTLP profiles are taken only where the agent
+// receives them, under the API's Host and token rules.
+func TestReceiveRoute(t *testing.T) {
+	var calls int
+	receive := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++; io.WriteString(w, "taken") })
+	for _, tc := range []struct {
+		name   string
+		o      Options
+		method string
+		header http.Header
+		status int
+		taken  bool
+	}{
+		{"not receiving", Options{}, "POST", nil, 405, false},
+		{"receiving on loopback", Options{Receive: receive}, "POST", nil, 200, true},
+		{"rebound Host", Options{Receive: receive}, "POST", http.Header{"Host": {"evil.example"}}, 421, false},
+		{"no token", Options{Receive: receive, Token: testToken}, "POST", nil, 401, false},
+		{"token", Options{Receive: receive, Token: testToken}, "POST", bearer(testToken), 200, true},
+		{"PUT", Options{Receive: receive}, "PUT", nil, 405, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls = 0
+			w := get(newServer(tc.o, func() time.Time { return testNow }), tc.method, "/v1development/profiles", tc.header)
+			if w.Code != tc.status || (calls == 1) != tc.taken {
+				t.Errorf("status %d, receiver called %d times; want %d, taken %v: %s", w.Code, calls, tc.status, tc.taken, w.Body)
+			}
+		})
+	}
+}
