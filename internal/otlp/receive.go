@@ -59,7 +59,7 @@ type logged struct {
 type ReceiverStats struct {
 	Requests int64 // export requests, over either transport
 	Profiles int64 // profiles in the requests that decoded, delivered or not
-	Samples  int64 // flint samples in the profiles decoded
+	Samples  int64 // samples (their counts) in the profiles decoded
 	// Refused, by reason.
 	Invalid     int64 // requests refused whole: wrong method, content type or version, too large, undecodable
 	Unsupported int64 // profiles skipped for their sample type
@@ -149,7 +149,7 @@ func (r *Receiver) export(ctx context.Context, req *collector.ExportProfilesServ
 	var failed int
 	var sinkErr error
 	for _, p := range profs {
-		r.samples.Add(int64(len(p.Samples)))
+		r.samples.Add(p.Total())
 		if err := r.sink(ctx, p); err != nil {
 			failed++
 			if sinkErr == nil {

@@ -223,7 +223,7 @@ func TestReceiverGRPC(t *testing.T) {
 		t.Errorf("partial success %d %q, want the off-CPU profile rejected", ps.RejectedProfiles(), ps.ErrorMessage())
 	}
 	checkCollectorProfile(t, sk.got())
-	if st, want := r.Stats(), (ReceiverStats{Requests: 1, Profiles: 2, Samples: 1, Unsupported: 1}); st != want {
+	if st, want := r.Stats(), (ReceiverStats{Requests: 1, Profiles: 2, Samples: 3, Unsupported: 1}); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 	mu.Lock()
@@ -297,7 +297,7 @@ func TestReceiverGRPCErrors(t *testing.T) {
 			}
 		})
 	}
-	want := ReceiverStats{Requests: 6, Profiles: 4, Samples: 8, Invalid: 3, SinkFailed: 2}
+	want := ReceiverStats{Requests: 6, Profiles: 4, Samples: 26, Invalid: 3, SinkFailed: 2}
 	if st := r.Stats(); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -349,7 +349,7 @@ func TestReceiverHTTP(t *testing.T) {
 		t.Errorf("partial success %d %q, want the off-CPU profile rejected", ps.RejectedProfiles(), ps.ErrorMessage())
 	}
 	checkCollectorProfile(t, sk.got())
-	if st, want := r.Stats(), (ReceiverStats{Requests: 1, Profiles: 2, Samples: 1, Unsupported: 1}); st != want {
+	if st, want := r.Stats(), (ReceiverStats{Requests: 1, Profiles: 2, Samples: 3, Unsupported: 1}); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 }
@@ -384,11 +384,11 @@ func TestReceiverHTTPErrors(t *testing.T) {
 		stats       ReceiverStats
 	}{
 		{name: "ok", body: encoded(), want: 200,
-			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 4}},
+			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 13}},
 		{name: "ok gzipped", encoding: "gzip", body: gzipped(encoded()), want: 200,
-			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 4}},
+			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 13}},
 		{name: "content type with parameters", contentType: "application/x-protobuf; charset=binary", body: encoded(), want: 200,
-			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 4}},
+			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 13}},
 		{name: "GET", method: http.MethodGet, want: 405, wantMsg: "POST",
 			stats: ReceiverStats{Requests: 1, Invalid: 1}},
 		{name: "JSON", contentType: "application/json", body: []byte("{}"), want: 415, wantMsg: "JSON is not supported",
@@ -411,14 +411,14 @@ func TestReceiverHTTPErrors(t *testing.T) {
 			stats: ReceiverStats{Requests: 1, Invalid: 1}},
 		{name: "sink fails for all", body: encoded(), fail: func(*profile.Profile) error { return errors.New("disk full") },
 			want: 503, wantStatus: true, wantMsg: "store profiles: disk full",
-			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 4, SinkFailed: 2}},
+			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 13, SinkFailed: 2}},
 		{name: "sink fails for some", body: encoded(), fail: func(p *profile.Profile) error {
 			if p.Samples[0].Labels[profile.LabelPID] == "200" {
 				return errors.New("disk full")
 			}
 			return nil
 		}, want: 200, rejected: 1, wantMsg: "1 profiles not stored: disk full",
-			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 4, SinkFailed: 1}},
+			stats: ReceiverStats{Requests: 1, Profiles: 2, Samples: 13, SinkFailed: 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sk := sink{fail: tt.fail}
