@@ -393,6 +393,7 @@ func (b *builder) labels(s *sampler.Sample) map[string]string {
 		profile.LabelCgroup:      p.Cgroup,
 		profile.LabelContainerID: p.Container,
 		profile.LabelPodUID:      p.Pod,
+		profile.LabelRuntime:     b.c.runtimeOf(p),
 	} {
 		if v != "" {
 			l[name] = v

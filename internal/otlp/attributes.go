@@ -44,13 +44,20 @@ const flintPrefix = "flint."
 // buildIDKey is a mapping's build ID attribute (the GNU build ID, hex).
 const buildIDKey = "process.executable.build_id.gnu"
 
+// byLabel and byKey index attributes.
+var byLabel, byKey = func() (map[string]attribute, map[string]attribute) {
+	l, k := map[string]attribute{}, map[string]attribute{}
+	for _, a := range attributes {
+		l[a.label], k[a.key] = a, a
+	}
+	return l, k
+}()
+
 // attributeOf returns how label travels: a known attribute, or a flint.*
 // one on the resource (the thread's labels are all known).
 func attributeOf(label string) attribute {
-	for _, a := range attributes {
-		if a.label == label {
-			return a
-		}
+	if a, ok := byLabel[label]; ok {
+		return a
 	}
 	return attribute{label: label, key: flintPrefix + label, resource: true}
 }
@@ -60,10 +67,8 @@ func attributeOf(label string) attribute {
 // that label names cannot hold made underscores (service.name becomes
 // service_name).
 func labelOf(key string) string {
-	for _, a := range attributes {
-		if a.key == key {
-			return a.label
-		}
+	if a, ok := byKey[key]; ok {
+		return a.label
 	}
 	if l, ok := strings.CutPrefix(key, flintPrefix); ok && l != "" {
 		return l

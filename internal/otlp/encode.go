@@ -2,10 +2,9 @@ package otlp
 
 import (
 	"crypto/rand"
-	"maps"
+	"encoding/binary"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flint-dev/flint/internal/profile"
@@ -31,18 +30,18 @@ const frameTypeKey = "profile.frame.type"
 func Encode(p *profile.Profile, version string) *pb.ProfilesData {
 	e := newEncoder()
 	byProcess := map[string]*pb.Profile{}
+	var key []byte
 	for _, s := range p.Samples {
 		if s == nil || s.Count <= 0 {
 			continue
 		}
-		res, thread := splitLabels(s.Labels)
-		key := resourceKey(res)
-		prof := byProcess[key]
+		key = appendResourceKey(key[:0], s.Labels)
+		prof := byProcess[string(key)]
 		if prof == nil {
 			prof = e.newProfile(p)
-			byProcess[key] = prof
+			byProcess[string(key)] = prof
 			e.data.ResourceProfiles = append(e.data.ResourceProfiles, &pb.ResourceProfiles{
-				Resource: &resource.Resource{Attributes: resourceAttributes(res)},
+				Resource: &resource.Resource{Attributes: resourceAttributes(s.Labels)},
 				ScopeProfiles: []*pb.ScopeProfiles{{
 					Scope:    &common.InstrumentationScope{Name: Scope, Version: version},
 					Profiles: []*pb.Profile{prof},
@@ -51,7 +50,7 @@ func Encode(p *profile.Profile, version string) *pb.ProfilesData {
 		}
 		prof.Samples = append(prof.Samples, &pb.Sample{
 			StackIndex:       e.stack(s.Stack),
-			AttributeIndices: e.sampleAttributes(thread),
+			AttributeIndices: e.sampleAttributes(s.Labels),
 			Values:           []int64{s.Count},
 		})
 	}
@@ -67,8 +66,14 @@ type encoder struct {
 	attrs     map[[2]string]int32 // key, value as text (ints as decimal)
 	mappings  map[*profile.Mapping]int32
 	locations map[*profile.Location]int32
-	functions map[[3]string]int32 // name, file, start line
-	stacks    map[string]int32    // location indices as text
+	functions map[funcKey]int32
+	stacks    map[string]int32 // location indices as varints
+	key       []byte           // scratch for stack keys
+}
+
+type funcKey struct {
+	name, file string
+	startLine  int
 }
 
 func newEncoder() *encoder {
@@ -88,7 +93,7 @@ func newEncoder() *encoder {
 		attrs:     map[[2]string]int32{},
 		mappings:  map[*profile.Mapping]int32{},
 		locations: map[*profile.Location]int32{},
-		functions: map[[3]string]int32{},
+		functions: map[funcKey]int32{},
 		stacks:    map[string]int32{},
 	}
 }
@@ -147,10 +152,11 @@ func anyValue(v string, isInt bool) *common.AnyValue {
 	return &common.AnyValue{Value: &common.AnyValue_StringValue{StringValue: v}}
 }
 
-func (e *encoder) sampleAttributes(thread map[string]string) []int32 {
+// sampleAttributes are a sample's thread labels as attribute indices.
+func (e *encoder) sampleAttributes(labels map[string]string) []int32 {
 	var out []int32
 	for _, a := range attributes {
-		if v, ok := thread[a.label]; ok && !a.resource {
+		if v, ok := labels[a.label]; ok && !a.resource {
 			out = append(out, e.attr(a.key, v, a.isInt))
 		}
 	}
@@ -159,17 +165,16 @@ func (e *encoder) sampleAttributes(thread map[string]string) []int32 {
 
 func (e *encoder) stack(locs []*profile.Location) int32 {
 	idx := make([]int32, len(locs))
-	var key strings.Builder
+	e.key = e.key[:0]
 	for i, l := range locs {
 		idx[i] = e.location(l)
-		key.WriteString(strconv.Itoa(int(idx[i])))
-		key.WriteByte(',')
+		e.key = binary.AppendUvarint(e.key, uint64(idx[i]))
 	}
-	i, ok := e.stacks[key.String()]
+	i, ok := e.stacks[string(e.key)]
 	if !ok {
 		i = int32(len(e.dict.StackTable))
 		e.dict.StackTable = append(e.dict.StackTable, &pb.Stack{LocationIndices: idx})
-		e.stacks[key.String()] = i
+		e.stacks[string(e.key)] = i
 	}
 	return i
 }
@@ -197,7 +202,7 @@ func (e *encoder) location(l *profile.Location) int32 {
 }
 
 func (e *encoder) function(name, file string, startLine int) int32 {
-	k := [3]string{name, file, strconv.Itoa(startLine)}
+	k := funcKey{name, file, startLine}
 	i, ok := e.functions[k]
 	if !ok {
 		i = int32(len(e.dict.FunctionTable))
@@ -224,48 +229,50 @@ func (e *encoder) mapping(m *profile.Mapping) int32 {
 	return i
 }
 
-// splitLabels splits a sample's labels into the process's (the resource)
-// and the thread's.
-func splitLabels(labels map[string]string) (res, thread map[string]string) {
-	res, thread = map[string]string{}, map[string]string{}
-	for k, v := range labels {
-		if attributeOf(k).resource {
-			res[k] = v
-		} else {
-			thread[k] = v
+// appendResourceKey appends what identifies a sample's process: its
+// resource labels, the known ones in the order of attributes, the others
+// by name. It allocates nothing for a window's usual labels.
+func appendResourceKey(b []byte, labels map[string]string) []byte {
+	for _, a := range attributes {
+		if v, ok := labels[a.label]; ok && a.resource {
+			b = append(b, a.key...)
+			b = append(b, 0)
+			b = append(b, v...)
+			b = append(b, 0)
 		}
 	}
-	return res, thread
+	for _, k := range otherLabels(labels) {
+		b = append(b, k...)
+		b = append(b, 0)
+		b = append(b, labels[k]...)
+		b = append(b, 0)
+	}
+	return b
 }
 
-// resourceKey identifies a resource's label set.
-func resourceKey(res map[string]string) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(res)) {
-		b.WriteString(strconv.Quote(k))
-		b.WriteString(strconv.Quote(res[k]))
+// otherLabels are the labels without a semantic convention, by name.
+func otherLabels(labels map[string]string) []string {
+	var out []string
+	for k := range labels {
+		if _, known := byLabel[k]; !known {
+			out = append(out, k)
+		}
 	}
-	return b.String()
+	slices.Sort(out)
+	return out
 }
 
 // resourceAttributes are a process's labels as resource attributes, in
 // the order of attributes, then flint.* ones by name.
-func resourceAttributes(res map[string]string) []*common.KeyValue {
+func resourceAttributes(labels map[string]string) []*common.KeyValue {
 	var out []*common.KeyValue
 	for _, a := range attributes {
-		if v, ok := res[a.label]; ok && a.resource {
+		if v, ok := labels[a.label]; ok && a.resource {
 			out = append(out, &common.KeyValue{Key: a.key, Value: anyValue(v, a.isInt)})
 		}
 	}
-	var rest []string
-	for k := range res {
-		if attributeOf(k).key == flintPrefix+k {
-			rest = append(rest, k)
-		}
-	}
-	slices.Sort(rest)
-	for _, k := range rest {
-		out = append(out, &common.KeyValue{Key: flintPrefix + k, Value: anyValue(res[k], false)})
+	for _, k := range otherLabels(labels) {
+		out = append(out, &common.KeyValue{Key: flintPrefix + k, Value: anyValue(labels[k], false)})
 	}
 	return out
 }

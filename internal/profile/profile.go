@@ -24,6 +24,7 @@ const (
 	LabelBuildID   = "build_id"   // of the executable
 	LabelCgroup    = "cgroup"     // cgroup path
 	LabelNode      = "node"       // host name, or the agent's --node
+	LabelRuntime   = "runtime"    // what runs the code: go1.26, python3.11, jvm, node or native
 	// A process in a container: its IDs come from the cgroup path, its
 	// names from Kubernetes (internal/kube) where the agent can ask.
 	LabelContainerID = "container_id" // container ID

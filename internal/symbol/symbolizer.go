@@ -3,6 +3,7 @@ package symbol
 import (
 	"bufio"
 	"bytes"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -61,6 +62,7 @@ type file struct {
 	err     error
 	parsed  bool
 	buildID *string // read on its own when asked before the tables
+	goVer   *string // the Go version that built it, "" if not Go; read when asked
 	used    uint64  // last Trim round that named an address in it
 	opened  uint64  // the Trim round of the attempt to open it
 }
@@ -291,6 +293,28 @@ func (s *Symbolizer) BuildID(k proc.FileKey) string {
 		f.buildID = &id
 	}
 	return *f.buildID
+}
+
+// GoVersion returns the Go release that built a learned file ("go1.26.0"),
+// "" if it is not a Go binary or unknown. It reads the build information
+// once per file.
+func (s *Symbolizer) GoVersion(k proc.FileKey) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.files[k]
+	if f == nil {
+		return ""
+	}
+	if f.goVer == nil {
+		v := ""
+		if f.handle != nil {
+			if bi, err := buildinfo.Read(f.handle); err == nil {
+				v = bi.GoVersion
+			}
+		}
+		f.goVer = &v
+	}
+	return *f.goVer
 }
 
 // maxNames bounds the address cache; past it the cache starts over.

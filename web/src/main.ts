@@ -203,7 +203,7 @@ async function loadLabels(): Promise<void> {
 
 /** byChoices are the labels worth stacking by, in a useful order. */
 function byChoices(): string[] {
-  const preferred = ['comm', 'node', 'namespace', 'pod', 'container', 'thread', 'pid', 'exe'];
+  const preferred = ['comm', 'node', 'namespace', 'pod', 'container', 'runtime', 'thread', 'pid', 'exe'];
   const have = new Set([...labelNames, state.by, 'comm']);
   const skip = new Set(['tid', 'start_time', 'build_id', 'cgroup']);
   return [...preferred.filter((l) => have.has(l)), ...[...have].filter((l) => !preferred.includes(l) && !skip.has(l)).sort()];

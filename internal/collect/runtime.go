@@ -1,0 +1,55 @@
+package collect
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/flint-dev/flint/internal/proc"
+)
+
+// pythonFile matches the executable or library of a CPython interpreter
+// (python3.11, libpython3.12.so.1.0), capturing its version.
+var pythonFile = regexp.MustCompile(`^(?:lib)?python(\d+(?:\.\d+)?)(?:$|\.so|[dmu]*$)`)
+
+// runtimeOf names what runs p's code, for the runtime label: the Go release
+// that built its executable ("go1.26"), the interpreter or virtual machine
+// it maps ("python3.11", "jvm", "node"), else "native". Kernel threads map
+// nothing: "".
+func (c *Collector) runtimeOf(p *proc.Process) string {
+	if len(p.Mappings) == 0 {
+		return ""
+	}
+	for i := range p.Mappings {
+		if m := &p.Mappings[i]; m.Path == p.Exe {
+			if v := c.sym.GoVersion(m.Key()); v != "" {
+				return goRelease(v)
+			}
+			break
+		}
+	}
+	runtime := "native"
+	for i := range p.Mappings {
+		name := filepath.Base(p.Mappings[i].Path)
+		switch {
+		case name == "libjvm.so":
+			return "jvm" // it wins over any interpreter a JVM embeds
+		case strings.HasPrefix(name, "libnode.so"), p.Mappings[i].Path == p.Exe && (name == "node" || name == "nodejs"):
+			runtime = "node"
+		default:
+			if m := pythonFile.FindStringSubmatch(name); m != nil {
+				runtime = "python" + m[1]
+			}
+		}
+	}
+	return runtime
+}
+
+// goRelease shortens a Go version to its release: go1.26.0 → go1.26;
+// others (devel builds) stay whole.
+func goRelease(v string) string {
+	if parts := strings.SplitN(v, ".", 3); len(parts) == 3 && strings.HasPrefix(v, "go1.") {
+		return parts[0] + "." + parts[1]
+	}
+	return v
+}

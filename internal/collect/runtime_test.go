@@ -1,0 +1,101 @@
+package collect
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// startMapping starts a command, killed when the test ends, and waits until
+// it maps a file whose base name starts with prefix (its runtime is loaded).
+func startMapping(t *testing.T, prefix string, name string, args ...string) int {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s is not installed", name)
+	}
+	cmd := exec.Command(path, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if p, err := proc.Read(cmd.Process.Pid); err == nil {
+			for _, m := range p.Mappings {
+				if strings.HasPrefix(filepath.Base(m.Path), prefix) {
+					return cmd.Process.Pid
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not map %s* in 30 s", name, prefix)
+		}
+	}
+}
+
+// TestRuntimeLabel checks the runtime label of real processes: this test
+// (Go), sleep (native), Python, a JVM and Node.js, those installed.
+func TestRuntimeLabel(t *testing.T) {
+	javaSource := filepath.Join(t.TempDir(), "Sleep.java")
+	if err := os.WriteFile(javaSource, []byte("class Sleep { public static void main(String[] a) throws Exception { Thread.sleep(60000); } }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goRelease := runtime.Version()
+	if parts := strings.SplitN(goRelease, ".", 3); len(parts) == 3 {
+		goRelease = parts[0] + "." + parts[1]
+	}
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) int
+		want  string
+	}{
+		{"go", func(*testing.T) int { return os.Getpid() }, goRelease},
+		{"native", func(t *testing.T) int { return startMapping(t, "sleep", "sleep", "60") }, "native"},
+		{"debian python", func(t *testing.T) int {
+			return startMapping(t, "python3.11", "/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
+		}, "python3.11"},
+		{"jvm", func(t *testing.T) int { return startMapping(t, "libjvm.so", "java", "-Xshare:off", javaSource) }, "jvm"},
+		{"node", func(t *testing.T) int { return startMapping(t, "node", "node", "-e", "setTimeout(() => {}, 60000)") }, "node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid := uint32(tc.start(t))
+			sym := symbol.New()
+			defer sym.Close()
+			c := New(sym, "")
+			c.NewProc(pid, 1)
+			p := c.Profile([]sampler.Sample{{PID: pid, TID: pid, Generation: 1, Comm: "x", Thread: "x", Count: 1}}, Options{})
+			if got := p.Samples[0].Labels[profile.LabelRuntime]; got != tc.want {
+				t.Errorf("runtime %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRuntimeNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"python3.11": "3.11", "libpython3.12.so.1.0": "3.12", "python3": "3", "python3.13d": "3.13",
+		"pythonista": "", "libpython-helper.so": "", "mypython3.11": "",
+	} {
+		got := ""
+		if m := pythonFile.FindStringSubmatch(name); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("%s: python version %q, want %q", name, got, want)
+		}
+	}
+	for v, want := range map[string]string{"go1.26.0": "go1.26", "go1.21.13": "go1.21", "devel go1.27-abc": "devel go1.27-abc", "go1.26": "go1.26"} {
+		if got := goRelease(v); got != want {
+			t.Errorf("goRelease(%q) = %q, want %q", v, got, want)
+		}
+	}
+}
