@@ -20,7 +20,7 @@ run: build
 # linux-perf, redis-server, redis-tools: unwinding is checked against perf
 # --call-graph dwarf, on a fixture and on a packaged daemon under load.
 DEB_PACKAGES := gcc g++ libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium clickhouse-server \
-	linux-perf redis-server redis-tools
+	linux-perf redis-server redis-tools default-jdk-headless
 deps:
 	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \

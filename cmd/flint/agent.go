@@ -245,6 +245,8 @@ func runAgent(args []string) error {
 		logger.Printf("warning: %s", w)
 	}
 	c.Logf = logger.Printf
+	c.JVMMaps = jvmDumper(logger.Printf)
+	defer c.JVMMaps.Close()
 	c.Loaded = func() error {
 		// The agent's syscall tracer starts at its first examination; mount
 		// tracefs for it now, while CAP_SYS_ADMIN is still there. If this

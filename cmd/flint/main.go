@@ -83,6 +83,8 @@ func run(args []string) error {
 		return doctorCmd(args[1:], os.Stdout, os.Stderr)
 	case "syscalls":
 		return syscallsCmd(args[1:], os.Stdout, os.Stderr)
+	case jvmHelper:
+		return jvmPerfMap(args[1:])
 	case "version", "--version":
 		fmt.Println("flint", version)
 		return nil

@@ -211,7 +211,10 @@ func record(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	live := isTerminal(os.Stderr)
+	jvms := jvmDumper(warnTo(os.Stderr))
+	defer jvms.Close()
 	res, err := collect.Record(ctx, collect.RecordOptions{
+		JIT:          jvms.Request,
 		Frequency:    c.Frequency,
 		Duration:     c.Duration,
 		PID:          c.PID,

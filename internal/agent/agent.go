@@ -18,6 +18,7 @@ import (
 	"github.com/flint-dev/flint/internal/collect"
 	"github.com/flint-dev/flint/internal/doctor"
 	"github.com/flint-dev/flint/internal/export"
+	"github.com/flint-dev/flint/internal/jvm"
 	"github.com/flint-dev/flint/internal/kube"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
@@ -78,6 +79,11 @@ type Options struct {
 	// takes them over HTTP on the API too (POST /v1development/profiles).
 	// Both ask for Token when it is set. "" receives none.
 	ReceiveOTLP string
+	// JVMMaps, if set, has JVMs write the maps that name their
+	// JIT-compiled methods when the agent meets them and, at most once a
+	// minute, while their compiled code is sampled; nil names Java methods
+	// only from maps the JVMs write themselves.
+	JVMMaps *jvm.Dumper
 	// DoctorEvery is how often flint doctor's detectors examine a window
 	// and store their findings; 0 never.
 	DoctorEvery time.Duration
@@ -192,6 +198,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer a.sym.Close()
 	a.coll = collect.New(a.sym, o.Node)
+	if o.JVMMaps != nil {
+		a.coll.SetJIT(o.JVMMaps.Request)
+	}
 	for _, s := range o.Exports {
 		e := export.New(s, export.Options{Logf: o.Logf})
 		a.exports = append(a.exports, e)

@@ -84,6 +84,12 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		writeSpoolMetrics(w, a.spool.Stats(), time.Now())
 	}
 	writeExportMetrics(w, a.exports)
+	if a.o.JVMMaps != nil {
+		st := a.o.JVMMaps.Stats()
+		gauge("flint_jvm_maps_written_total", "JIT maps JVMs wrote when asked.", "counter", st.Written)
+		gauge("flint_jvm_maps_failed_total", "Requests for a JVM's JIT map that failed (logged once per JVM).", "counter", st.Failed)
+		gauge("flint_jvm_maps_skipped_total", "Requests for a JIT map dropped because many were waiting.", "counter", st.Skipped)
+	}
 	if a.receive != nil {
 		st := a.receive.otlp.Stats()
 		gauge("flint_receive_requests_total", "OTLP export requests received.", "counter", st.Requests)

@@ -23,6 +23,7 @@ type Collector struct {
 	node     string
 	namer    Namer
 	unwinder Unwinder
+	jit      func(pid int) // asks a JVM for its JIT map; nil: none
 
 	mu      sync.Mutex
 	procs   map[procKey]*procEntry
@@ -69,6 +70,12 @@ type Namer interface {
 // before the first Profile.
 func (c *Collector) SetNamer(n Namer) { c.namer = n }
 
+// SetJIT has the Collector call request, which must not block, for a JVM
+// when it learns it and when its samples run JIT-compiled code, so that the
+// JVM writes the map that names that code (jvm.Dumper; it bounds how
+// often). Call before the first NewProc.
+func (c *Collector) SetJIT(request func(pid int)) { c.jit = request }
+
 // Unwinder walks the stacks of the processes it learns without frame
 // pointers (unwind.Tables). Neither method may block.
 type Unwinder interface {
@@ -113,6 +120,9 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	c.procs[procKey{pid, generation}] = &procEntry{p: p}
 	c.countFiles(p.Mappings, 1)
 	c.mu.Unlock()
+	if c.jit != nil && isJVM(p) {
+		c.jit(p.PID)
+	}
 }
 
 // Refresh reads the mappings of a known process image again, after it
@@ -285,6 +295,7 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 		stackIDs:  map[string]int{},
 		merged:    map[mergeKey]*profile.Sample{},
 		refreshed: map[procKey]bool{},
+		jitAsked:  map[procKey]bool{},
 		ids:       map[*profile.Location]int{},
 		labelSets: map[labelSetKey]map[string]string{},
 	}
@@ -319,6 +330,7 @@ type builder struct {
 	stackIDs  map[string]int // a stack's location numbers -> its id
 	merged    map[mergeKey]*profile.Sample
 	refreshed map[procKey]bool
+	jitAsked  map[procKey]bool // JVMs whose JIT map this Profile asked for
 	ids       map[*profile.Location]int
 	labelSets map[labelSetKey]map[string]string
 	key       strings.Builder
@@ -516,6 +528,13 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		b.refreshed[k] = true
 		if fresh := b.c.reread(k, p); fresh != nil {
 			frames, m = b.c.sym.User(fresh, addr, isReturn)
+		}
+	}
+	if m != nil && m.Inode == 0 && m.Path == "" && b.c.jit != nil && !b.jitAsked[k] {
+		// JIT code: its map may lack it, or be older than it.
+		b.jitAsked[k] = true
+		if isJVM(p) {
+			b.c.jit(p.PID)
 		}
 	}
 	l := &profile.Location{Address: addr, Frames: frames}

@@ -27,6 +27,9 @@ type RecordOptions struct {
 	// UnwindMemory is the kernel memory, in bytes, for the unwind tables
 	// of code built without frame pointers; 0 walks frame pointers only.
 	UnwindMemory int64
+	// JIT, if set, asks JVMs for the maps that name their compiled code
+	// (Collector.SetJIT).
+	JIT func(pid int)
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 	// Loaded, if set, runs once the sampler is loaded and attached, before
@@ -72,6 +75,9 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	defer sym.Close()
 	node, _ := os.Hostname()
 	c := New(sym, node)
+	if o.JIT != nil {
+		c.SetJIT(o.JIT)
+	}
 	s, err := sampler.Start(sampler.Options{
 		Frequency:    o.Frequency,
 		PID:          o.PID,

@@ -32,7 +32,7 @@ func (c *Collector) runtimeOf(p *proc.Process) string {
 	for i := range p.Mappings {
 		name := filepath.Base(p.Mappings[i].Path)
 		switch {
-		case name == "libjvm.so":
+		case name == jvmLibrary:
 			return "jvm" // it wins over any interpreter a JVM embeds
 		case strings.HasPrefix(name, "libnode.so"), p.Mappings[i].Path == p.Exe && (name == "node" || name == "nodejs"):
 			runtime = "node"
@@ -52,4 +52,17 @@ func goRelease(v string) string {
 		return parts[0] + "." + parts[1]
 	}
 	return v
+}
+
+// jvmLibrary is HotSpot's shared library, mapped by every java process.
+const jvmLibrary = "libjvm.so"
+
+// isJVM reports whether p runs a HotSpot JVM.
+func isJVM(p *proc.Process) bool {
+	for i := range p.Mappings {
+		if filepath.Base(p.Mappings[i].Path) == jvmLibrary {
+			return true
+		}
+	}
+	return false
 }

@@ -40,6 +40,8 @@ const (
 	Perfmon           Cap = unix.CAP_PERFMON            // perf_event_open: sampling events, tracepoints, uprobes (5.8)
 	BPF               Cap = unix.CAP_BPF                // load programs, create maps (5.8)
 	CheckpointRestore Cap = unix.CAP_CHECKPOINT_RESTORE // open /proc/PID/map_files/* (5.9)
+	SetUID            Cap = unix.CAP_SETUID             // run a helper as another user
+	SetGID            Cap = unix.CAP_SETGID             // run a helper in another group
 )
 
 // Set is a set of capabilities: bit n is capability n, as in the CapEff
@@ -76,7 +78,7 @@ func (s Set) String() string {
 var capNames = map[Cap]string{
 	DACReadSearch: "cap_dac_read_search", SetPCap: "cap_setpcap", SysPtrace: "cap_sys_ptrace",
 	SysAdmin: "cap_sys_admin", Syslog: "cap_syslog", Perfmon: "cap_perfmon", BPF: "cap_bpf",
-	CheckpointRestore: "cap_checkpoint_restore",
+	CheckpointRestore: "cap_checkpoint_restore", SetUID: "cap_setuid", SetGID: "cap_setgid",
 }
 
 // String is the capability's name as capabilities(7) spells it, lower case.
@@ -95,11 +97,14 @@ func (c Cap) String() string {
 // /proc/kallsyms, which it opens when it first names a kernel frame. The
 // agent keeps BPF and Perfmon to load and attach its syscall tracer at each
 // examination; the doctor keeps SysAdmin to list other tools' BPF links and
-// read their programs' statistics by ID (probe-overhead). Trace attaches
-// every probe before it drops, and then reads only its own maps.
+// read their programs' statistics by ID (probe-overhead). The agent and
+// record keep SetUID and SetGID to run the helper that asks a JVM for its
+// JIT map as the JVM's user (internal/jvm), which the JVM requires; with
+// SysPtrace they could act as any user already. Trace attaches every probe
+// before it drops, and then reads only its own maps.
 var (
-	Agent  = Of(BPF, Perfmon, SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
-	Record = Of(SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
+	Agent  = Of(BPF, Perfmon, SysPtrace, DACReadSearch, CheckpointRestore, Syslog, SetUID, SetGID)
+	Record = Of(SysPtrace, DACReadSearch, CheckpointRestore, Syslog, SetUID, SetGID)
 	Doctor = Of(SysAdmin, SysPtrace, DACReadSearch, CheckpointRestore, Syslog)
 	Trace  = Set(0)
 )

@@ -39,7 +39,7 @@ func TestAdjust(t *testing.T) {
 		{"6.5+", Agent, Kernel{Last: 40}, Agent},
 		{"6.1, unprivileged BPF off", Record, Kernel{Last: 40, BPFCallsChecked: true}, Record | Of(BPF)},
 		{"5.8: no CAP_CHECKPOINT_RESTORE", Agent, Kernel{Last: 39, BPFCallsChecked: true},
-			Of(BPF, Perfmon, SysPtrace, DACReadSearch, SysAdmin, Syslog)},
+			Of(BPF, Perfmon, SysPtrace, DACReadSearch, SysAdmin, Syslog, SetUID, SetGID)},
 		{"5.4: no CAP_BPF, CAP_PERFMON", Trace, Kernel{Last: 37, BPFCallsChecked: true}, Of(SysAdmin)},
 		{"nothing to replace", Of(SysPtrace), Kernel{Last: 37}, Of(SysPtrace)},
 		{"newer kernel, same set", Doctor, Kernel{Last: 45}, Doctor},
