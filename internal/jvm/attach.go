@@ -93,6 +93,11 @@ func startListener(pid int, root, sock string, nspid int) error {
 	} else if !caught {
 		return fmt.Errorf("attach to pid %d: it does not handle SIGQUIT: not signalled", pid)
 	}
+	// Such a JVM takes SIGQUIT as a request for a thread dump, which would
+	// land in the service's output.
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.Contains(cmdline, []byte("-XX:+DisableAttachMechanism\x00")) {
+		return fmt.Errorf("attach to pid %d: started with -XX:+DisableAttachMechanism: not signalled", pid)
+	}
 	trigger := fmt.Sprintf("%s/.attach_pid%d", root, nspid)
 	f, err := os.OpenFile(trigger, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil && !errors.Is(err, os.ErrExist) {

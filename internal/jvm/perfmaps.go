@@ -23,7 +23,8 @@ type Options struct {
 	// code as long as it runs, so the map is asked for again while its JIT
 	// code is sampled, at most this often. Zero means one minute.
 	Every time.Duration
-	// Logf reports the first failure for each JVM; nil discards.
+	// Logf reports the failure for a JVM, after which it is not asked
+	// again; nil discards.
 	Logf func(format string, args ...any)
 }
 
@@ -39,7 +40,7 @@ type Dumper struct {
 	requests chan int
 	mu       sync.Mutex
 	last     map[int]time.Time // by host PID: when its map was last asked for
-	failed   map[int]bool      // logged once
+	failed   map[int]bool      // failed once: logged, not asked again
 	stop     context.CancelFunc
 	done     chan struct{}
 
@@ -72,7 +73,9 @@ func (d *Dumper) Request(pid int) {
 	}
 	now := time.Now()
 	d.mu.Lock()
-	if t, ok := d.last[pid]; ok && now.Sub(t) < d.o.Every {
+	// A JVM that failed once is not asked again: each try costs it a
+	// signal, and one that takes it for a thread dump prints one.
+	if t, ok := d.last[pid]; ok && now.Sub(t) < d.o.Every || d.failed[pid] {
 		d.mu.Unlock()
 		return
 	}
