@@ -18,8 +18,9 @@ import (
 )
 
 // TestRecordJIT records programs whose hot code a JIT compiled: the Java
-// fixture, run by root and by another user, which flint asks for its JIT
-// map without a restart, and the Node.js fixture, which writes its own
+// fixture, run by root, by another user and in PID and mount namespaces of
+// its own (a /tmp of its own), which flint asks for its JIT map without a
+// restart, and the Node.js fixture, which writes its own
 // (--perf-basic-prof). Their compiled functions are named and take the
 // fixtures' split.
 func TestRecordJIT(t *testing.T) {
@@ -30,8 +31,10 @@ func TestRecordJIT(t *testing.T) {
 		start func(t *testing.T) int
 		funcs []string // leaf functions end so
 	}{
-		{"java as root", func(t *testing.T) int { return fixture.Java(t, nil) }, []string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
-		{"java as nobody", func(t *testing.T) int { return fixture.Java(t, &syscall.Credential{Uid: 65534, Gid: 65534}) },
+		{"java as root", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{}) }, []string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
+		{"java as nobody", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{Cred: &syscall.Credential{Uid: 65534, Gid: 65534}}) },
+			[]string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
+		{"java in a container", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{Container: true}) },
 			[]string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
 		{"node", func(t *testing.T) int {
 			fixture.NeedTools(t, "node")
@@ -113,7 +116,7 @@ func leafCounts(t *testing.T, path string) (map[string]int64, int64) {
 func TestAgentNamesJVM(t *testing.T) {
 	requireRoot(t)
 	flint, _ := build(t)
-	pid := fixture.Java(t, nil)
+	pid := fixture.Java(t, fixture.JavaOptions{})
 	t.Cleanup(func() { os.Remove("/tmp/perf-" + strconv.Itoa(pid) + ".map") })
 	from := time.Now()
 	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--frequency", "199")

@@ -15,7 +15,7 @@ import (
 )
 
 func TestPerfMap(t *testing.T) {
-	pid := fixture.Java(t, nil)
+	pid := fixture.Java(t, fixture.JavaOptions{})
 	nspid, err := NSPID(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestPerfMap(t *testing.T) {
 // A JVM that refuses attaching is not signalled: it would print a thread
 // dump into the service's output.
 func TestPerfMapAttachDisabled(t *testing.T) {
-	pid := fixture.Java(t, nil, "-XX:+DisableAttachMechanism")
+	pid := fixture.Java(t, fixture.JavaOptions{Flags: []string{"-XX:+DisableAttachMechanism"}})
 	err := PerfMap(pid, pid)
 	if err == nil || !strings.Contains(err.Error(), "DisableAttachMechanism") {
 		t.Errorf("error %v, want one naming -XX:+DisableAttachMechanism", err)
