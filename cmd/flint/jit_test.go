@@ -32,7 +32,9 @@ func TestRecordJIT(t *testing.T) {
 		funcs []string // leaf functions end so
 	}{
 		{"java as root", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{}) }, []string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
-		{"java as nobody", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{Cred: &syscall.Credential{Uid: 65534, Gid: 65534}}) },
+		{"java as nobody", func(t *testing.T) int {
+			return fixture.Java(t, fixture.JavaOptions{Cred: &syscall.Credential{Uid: 65534, Gid: 65534}})
+		},
 			[]string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
 		{"java in a container", func(t *testing.T) int { return fixture.Java(t, fixture.JavaOptions{Container: true}) },
 			[]string{"Busy.a(long)", "Busy.b(long)", "Busy.c(long)"}},
