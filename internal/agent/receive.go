@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/flint-dev/flint/internal/otlp"
 	"github.com/flint-dev/flint/internal/profile"
@@ -54,8 +55,12 @@ func (r *receiving) start() { go r.grpc.Serve(r.ln) }
 
 func (r *receiving) stop() { r.grpc.GracefulStop() }
 
-// store writes a received profile like a window of the agent's own.
+// store writes a received profile like a window of the agent's own; one
+// whose sender gave no time is taken as ending now.
 func (a *Agent) store(ctx context.Context, p *profile.Profile) error {
+	if p.Start.IsZero() {
+		p.Start = time.Now().Add(-p.Duration)
+	}
 	return a.write(p, nil)
 }
 
