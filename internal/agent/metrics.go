@@ -61,14 +61,10 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_bpf_run_seconds_total", "Run time of flint's BPF programs.", "counter", float64(a.metrics.bpfRunTime.Load())/1e9)
 	if st, err := a.sampler.Stats(); err == nil {
 		gauge("flint_samples_total", "Samples taken by the BPF program.", "counter", st.Samples)
-		fmt.Fprintf(w, "# HELP flint_samples_lost_total Samples or stacks lost, by reason.\n# TYPE flint_samples_lost_total counter\n")
-		for reason, n := range map[string]uint64{
-			"counts_map_full": st.CountsFull, "ring_buffer_full": st.RingBufFull, "stack_map_full": st.StacksFull,
-			"user_stack_error": st.UserStackErrors, "kernel_stack_error": st.KernelStackErrors,
-			"process_event_lost": st.ProcEventsLost,
-		} {
-			fmt.Fprintf(w, "flint_samples_lost_total{reason=%q} %d\n", reason, n)
-		}
+		byReason(w, "flint_samples_lost_total", "Samples or stacks lost, by reason.",
+			reason{"counts_map_full", st.CountsFull}, reason{"ring_buffer_full", st.RingBufFull}, reason{"stack_map_full", st.StacksFull},
+			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},
+			reason{"process_event_lost", st.ProcEventsLost})
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)
 		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)
 		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)
@@ -95,13 +91,8 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		gauge("flint_receive_requests_total", "OTLP export requests received.", "counter", st.Requests)
 		gauge("flint_receive_profiles_total", "OTLP profiles received and decoded.", "counter", st.Profiles)
 		gauge("flint_receive_samples_total", "Samples in the OTLP profiles decoded.", "counter", st.Samples)
-		fmt.Fprintf(w, "# HELP flint_receive_refused_total OTLP requests or profiles refused, by reason.\n# TYPE flint_receive_refused_total counter\n")
-		for _, r := range []struct {
-			reason string
-			n      int64
-		}{{"invalid_request", st.Invalid}, {"unsupported_type", st.Unsupported}, {"store_failed", st.SinkFailed}} {
-			fmt.Fprintf(w, "flint_receive_refused_total{reason=%q} %d\n", r.reason, r.n)
-		}
+		byReason(w, "flint_receive_refused_total", "OTLP requests or profiles refused, by reason.",
+			reason{"invalid_request", st.Invalid}, reason{"unsupported_type", st.Unsupported}, reason{"store_failed", st.SinkFailed})
 	}
 	gauge("flint_doctor_examinations_total", "Windows flint doctor's detectors examined.", "counter", a.metrics.examinations.Load())
 	gauge("flint_doctor_examinations_failed_total", "Examinations that could not start, end or be stored.", "counter", a.metrics.examinationsFailed.Load())
@@ -113,16 +104,9 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_processes", "Process images the agent knows.", "gauge", a.coll.Processes())
 	// What naming skipped: hostile or oversized inputs on the node.
 	cs := a.coll.Stats()
-	fmt.Fprintf(w, "# HELP flint_naming_skipped_total Inputs naming skipped, by reason.\n# TYPE flint_naming_skipped_total counter\n")
-	for _, r := range []struct {
-		reason string
-		n      uint64
-	}{
-		{"perf_map_rejected", ns.PerfMapsRejected}, {"perf_map_truncated", ns.PerfMapsTruncated},
-		{"file_not_held", ns.FilesNotHeld}, {"process_not_learned", cs.ProcessesSkipped},
-	} {
-		fmt.Fprintf(w, "flint_naming_skipped_total{reason=%q} %d\n", r.reason, r.n)
-	}
+	byReason(w, "flint_naming_skipped_total", "Inputs naming skipped, by reason.",
+		reason{"perf_map_rejected", ns.PerfMapsRejected}, reason{"perf_map_truncated", ns.PerfMapsTruncated},
+		reason{"file_not_held", ns.FilesNotHeld}, reason{"process_not_learned", cs.ProcessesSkipped})
 	if a.spool == nil {
 		gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
 	}
@@ -140,15 +124,22 @@ func writeUnwindMetrics(w io.Writer, st unwind.TableStats) {
 	gauge("flint_unwind_build_seconds_total", "Time spent reading call frame information.", "counter", st.BuildTime.Seconds())
 	gauge("flint_unwind_unsupported_rows_total", "Rows of the tables built that no walker rule expresses: frame pointers there.", "counter", st.UnsupportedRows)
 	gauge("flint_unwind_invalid_fdes_total", "FDEs of the tables built that could not be read: frame pointers there.", "counter", st.InvalidFDEs)
-	fmt.Fprintf(w, "# HELP flint_unwind_skipped_total Binaries or processes left to frame pointers, by reason.\n# TYPE flint_unwind_skipped_total counter\n")
-	for _, r := range []struct {
-		reason string
-		n      uint64
-	}{
-		{"no_cfi", st.NoCFI}, {"malformed", st.Malformed}, {"over_budget", st.OverBudget},
-		{"too_large", st.Unusable}, {"queue_full", st.Dropped}, {"process_map_full", st.ListFailed},
-	} {
-		fmt.Fprintf(w, "flint_unwind_skipped_total{reason=%q} %d\n", r.reason, r.n)
+	byReason(w, "flint_unwind_skipped_total", "Binaries or processes left to frame pointers, by reason.",
+		reason{"no_cfi", st.NoCFI}, reason{"malformed", st.Malformed}, reason{"over_budget", st.OverBudget},
+		reason{"too_large", st.Unusable}, reason{"queue_full", st.Dropped}, reason{"process_map_full", st.ListFailed})
+}
+
+// reason is one value of a counter labelled by reason.
+type reason struct {
+	name string
+	n    any // an integer
+}
+
+// byReason writes a counter labelled by reason.
+func byReason(w io.Writer, name, help string, rs ...reason) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s{reason=%q} %v\n", name, r.name, r.n)
 	}
 }
 

@@ -201,18 +201,7 @@ func TestReceiverGRPC(t *testing.T) {
 		mu.Unlock()
 		return handler(ctx, req)
 	}))
-	r.RegisterGRPC(s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := serveGRPC(t, r, s)
 
 	resp, err := pprofileotlp.NewGRPCClient(cc).Export(t.Context(), pprofileotlp.NewExportRequestFromProfiles(collectorProfiles()))
 	if err != nil {
@@ -233,11 +222,9 @@ func TestReceiverGRPC(t *testing.T) {
 	}
 }
 
-// TestReceiverGRPCErrors sends what no OTLP client would, with Invoke.
-func TestReceiverGRPCErrors(t *testing.T) {
-	var sk sink
-	r := NewReceiver(sk.put, nil)
-	s := grpc.NewServer()
+// serveGRPC serves r on s on a loopback port and returns a client of it.
+func serveGRPC(t *testing.T, r *Receiver, s *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	r.RegisterGRPC(s)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -250,6 +237,15 @@ func TestReceiverGRPCErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestReceiverGRPCErrors sends what no OTLP client would, with Invoke.
+func TestReceiverGRPCErrors(t *testing.T) {
+	var sk sink
+	r := NewReceiver(sk.put, nil)
+	s := grpc.NewServer()
+	cc := serveGRPC(t, r, s)
 	method := "/" + profilesService + "/Export"
 
 	good := func() *collector.ExportProfilesServiceRequest {
