@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -356,6 +357,14 @@ func pyroscopeValue(v string) string {
 	return strings.TrimSpace(v)
 }
 
+// gzipWriters are reused across pushes. The fastest level: compressing
+// was half a push's CPU at the default one, for bodies 9% smaller
+// (BenchmarkPyroscope).
+var gzipWriters = sync.Pool{New: func() any {
+	w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return w
+}}
+
 // pyroscopeBody encodes samples of window p as the multipart form
 // Pyroscope's clients send: one file field, profile, holding the gzipped
 // pprof. There is no sample_type_config field: Pyroscope knows the cpu
@@ -378,7 +387,14 @@ func pyroscopeBody(p *profile.Profile, samples []*profile.Sample) ([]byte, strin
 	if err != nil {
 		return nil, "", err
 	}
-	if err := pp.Write(part); err != nil {
+	// pp.Write would make a gzip writer, a megabyte of tables, per push.
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(part)
+	if err := pp.WriteUncompressed(zw); err != nil {
+		return nil, "", err
+	}
+	if err := zw.Close(); err != nil {
 		return nil, "", err
 	}
 	if err := w.Close(); err != nil {
