@@ -214,7 +214,7 @@ func record(args []string) error {
 	jvms := jvmDumper(warnTo(os.Stderr))
 	defer jvms.Close()
 	res, err := collect.Record(ctx, collect.RecordOptions{
-		JIT:          jvms.Request,
+		JVMMaps:      jvms,
 		Frequency:    c.Frequency,
 		Duration:     c.Duration,
 		PID:          c.PID,

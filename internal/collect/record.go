@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flint-dev/flint/internal/jvm"
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
@@ -27,9 +28,9 @@ type RecordOptions struct {
 	// UnwindMemory is the kernel memory, in bytes, for the unwind tables
 	// of code built without frame pointers; 0 walks frame pointers only.
 	UnwindMemory int64
-	// JIT, if set, asks JVMs for the maps that name their compiled code
-	// (Collector.SetJIT).
-	JIT func(pid int)
+	// JVMMaps, if set, has the JVMs recorded write the maps that name their
+	// compiled code: when first sampled, and again before naming.
+	JVMMaps *jvm.Dumper
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 	// Loaded, if set, runs once the sampler is loaded and attached, before
@@ -75,8 +76,8 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	defer sym.Close()
 	node, _ := os.Hostname()
 	c := New(sym, node)
-	if o.JIT != nil {
-		c.SetJIT(o.JIT)
+	if o.JVMMaps != nil {
+		c.SetJIT(o.JVMMaps.Request)
 	}
 	s, err := sampler.Start(sampler.Options{
 		Frequency:    o.Frequency,
@@ -156,6 +157,10 @@ loop:
 	st, err := s.Stats()
 	if err != nil {
 		return nil, err
+	}
+	// Code the JVMs compiled since their maps were written.
+	for _, pid := range c.jvms() {
+		o.JVMMaps.Now(pid)
 	}
 	var keep Filter
 	if o.Container != "" {

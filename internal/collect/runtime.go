@@ -66,3 +66,16 @@ func isJVM(p *proc.Process) bool {
 	}
 	return false
 }
+
+// jvms returns the PIDs of the JVMs among the processes known.
+func (c *Collector) jvms() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for _, e := range c.procs {
+		if isJVM(e.p) {
+			out = append(out, e.p.PID)
+		}
+	}
+	return out
+}

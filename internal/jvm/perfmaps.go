@@ -91,6 +91,22 @@ func (d *Dumper) Request(pid int) {
 	}
 }
 
+// Now has JVM pid write its map and waits until it has, however recently
+// it was asked: a recording's last look before it names what it sampled.
+// Its failure is logged and counted as a Request's is. Safe on nil.
+func (d *Dumper) Now(pid int) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.last[pid] = time.Now()
+	failed := d.failed[pid]
+	d.mu.Unlock()
+	if !failed {
+		d.finish(pid, d.dump(context.Background(), pid))
+	}
+}
+
 // Stats returns the counters.
 func (d *Dumper) Stats() Stats {
 	return Stats{Written: d.written.Load(), Failed: d.failedN.Load(), Skipped: d.skipped.Load()}
@@ -112,22 +128,27 @@ func (d *Dumper) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case pid := <-d.requests:
-			if err := d.dump(ctx, pid); err != nil {
-				d.failedN.Add(1)
-				d.mu.Lock()
-				first := !d.failed[pid]
-				if len(d.failed) >= maxTracked {
-					clear(d.failed)
-				}
-				d.failed[pid] = true
-				d.mu.Unlock()
-				if first {
-					d.o.Logf("JIT map of JVM pid %d: %v (its Java methods stay unnamed)", pid, err)
-				}
-			} else {
-				d.written.Add(1)
-			}
+			d.finish(pid, d.dump(ctx, pid))
 		}
+	}
+}
+
+// finish counts a helper's run for pid, and logs its failure once.
+func (d *Dumper) finish(pid int, err error) {
+	if err == nil {
+		d.written.Add(1)
+		return
+	}
+	d.failedN.Add(1)
+	d.mu.Lock()
+	first := !d.failed[pid]
+	if len(d.failed) >= maxTracked {
+		clear(d.failed)
+	}
+	d.failed[pid] = true
+	d.mu.Unlock()
+	if first {
+		d.o.Logf("JIT map of JVM pid %d: %v (its Java methods stay unnamed)", pid, err)
 	}
 }
 
