@@ -292,14 +292,22 @@ func (s *Sampler) readProcs(r *ringbuf.Reader, notify func(pid, generation uint3
 			}
 			continue
 		}
-		var ev profileNewProc
-		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &ev); err != nil {
-			continue
-		}
-		if notify != nil {
-			notify(ev.Pid, ev.Generation)
+		pid, generation, ok := decodeNewProc(rec.RawSample)
+		if ok && notify != nil {
+			notify(pid, generation)
 		}
 	}
+}
+
+// decodeNewProc decodes a process announcement, at the offsets of the
+// generated type: binary.Decode's reflection was 3% of the agent's CPU
+// under process churn.
+func decodeNewProc(raw []byte) (pid, generation uint32, ok bool) {
+	var ev profileNewProc
+	if len(raw) < int(unsafe.Sizeof(ev)) {
+		return 0, 0, false
+	}
+	return binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]), binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]), true
 }
 
 // Stop stops sampling; samples taken so far stay available to Drain.
