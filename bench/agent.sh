@@ -6,6 +6,7 @@
 #	sudo STEADY=60 bench/agent.sh       # shorter
 #	sudo CHURN=1 bench/agent.sh         # then 60 s without, 60 s with one
 #	sudo CHURN=10 PHASE=120 bench/agent.sh  # new process a second (ten; 120 s)
+#	sudo CHURN=10 CHURN_WITH=brief bench/agent.sh  # the new processes: a C program (bench/churn.sh)
 #	sudo NOFP=1 bench/agent.sh          # fixtures without frame pointers
 #	sudo AGENT_FLAGS="--unwind-memory 0" bench/agent.sh   # agent flags
 #

@@ -3,7 +3,10 @@
 #
 # Each new process is a real python3 run (a few imports, ~33 ms of CPU:
 # sampled about three times at 99 Hz, so the agent learns it) started CHURN times a
-# second whether the previous ones have finished or not. churn_phases runs
+# second whether the previous ones have finished or not. With
+# CHURN_WITH=brief it is testdata/fixtures/brief.c instead: 30 ms of CPU on
+# one shallow stack, the same every run, so the difference is what learning
+# a process costs apart from the stacks it brings. churn_phases runs
 # the agent with churn off then on, PHASE seconds each, and reports the
 # agent's and its BPF programs' CPU in both and the CPU per new process
 # (the difference over the processes started).
@@ -12,10 +15,22 @@ CHURN=${CHURN:-0}
 PHASE=${PHASE:-60}
 [[ $CHURN =~ ^[0-9]+$ ]] || { echo "bench: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
 [[ $PHASE =~ ^[0-9]+$ && $PHASE -ge 10 ]] || { echo "bench: PHASE=$PHASE: want whole seconds, at least 10" >&2; exit 1; }
-# python3 may be a shim script (pyenv) that forks several processes before
-# it runs python: start the interpreter itself.
-churn_py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) ||
-	{ echo "bench: CHURN needs python3" >&2; exit 1; }
+case ${CHURN_WITH:=python} in
+python)
+	# python3 may be a shim script (pyenv) that forks several processes
+	# before it runs python: start the interpreter itself.
+	churn_py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) ||
+		{ echo "bench: CHURN needs python3" >&2; exit 1; }
+	churn_cmd=("$churn_py" -c 'import json, decimal, random; sum(range(100000))')
+	;;
+brief)
+	churn_bin=$(mktemp -d)/brief
+	gcc -O1 -fno-omit-frame-pointer -o "$churn_bin" "$(dirname "${BASH_SOURCE[0]}")/../testdata/fixtures/brief.c" ||
+		{ echo "bench: CHURN_WITH=brief needs gcc" >&2; exit 1; }
+	churn_cmd=("$churn_bin")
+	;;
+*) echo "bench: CHURN_WITH=$CHURN_WITH: want python or brief" >&2; exit 1 ;;
+esac
 
 # churn_start FILE: start CHURN processes a second in the background,
 # appending a byte to FILE for each; churn_pid is the loop.
@@ -25,7 +40,7 @@ churn_start() {
 		exec {never}<> <(:) # read -t on it sleeps without forking sleep
 		interval=$(awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }')
 		while :; do
-			"$churn_py" -c 'import json, decimal, random; sum(range(100000))' >/dev/null 2>&1 &
+			"${churn_cmd[@]}" >/dev/null 2>&1 &
 			printf . >>"$count"
 			read -rt "$interval" -u "$never" || true
 		done
