@@ -161,9 +161,9 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 		return nil, fmt.Errorf("read label sets: %w", err)
 	}
 	type row struct {
-		stack  uint64
-		labels map[string]string
-		count  int64
+		stack, group uint64
+		labels       map[string]string
+		count        int64
 	}
 	var rows []row
 	if len(groups) > 0 {
@@ -180,7 +180,7 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 			if !ok {
 				return fmt.Errorf("samples of label group %x, which is not among the label sets", g)
 			}
-			rows = append(rows, row{st, l, n})
+			rows = append(rows, row{st, g, l, n})
 			return nil
 		})
 		if err != nil {
@@ -228,7 +228,11 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, fmt.Errorf("read stacks: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.stack, b.stack) })
+	// In a fixed order, whatever order the shards answered in: replicas
+	// give the same bytes for the same question.
+	slices.SortFunc(rows, func(a, b row) int {
+		return cmp.Or(cmp.Compare(a.stack, b.stack), cmp.Compare(a.group, b.group))
+	})
 	p.Samples = make([]*profile.Sample, len(rows))
 	for i, r := range rows {
 		s, ok := stacks[r.stack]
