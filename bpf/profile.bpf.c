@@ -184,6 +184,10 @@ static __always_inline __u32 announce_generation(__u32 tgid)
 	}
 	e->pid = tgid;
 	e->generation = g;
+	struct task_struct *leader = BPF_CORE_READ(bpf_get_current_task_btf(), group_leader);
+	e->start_boottime = BPF_CORE_READ(leader, start_boottime);
+	if (bpf_probe_read_kernel(e->comm, sizeof(e->comm), &leader->comm))
+		__builtin_memset(e->comm, 0, sizeof(e->comm)); // user space reads /proc then
 	bpf_ringbuf_submit(e, 0);
 	return g;
 }
@@ -318,6 +322,7 @@ static __always_inline void mark_stale(struct walk *w)
 	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
 	if (!e)
 		return; // the flag stays set: user space finds it when it next lists
+	__builtin_memset(e, 0, sizeof(*e));
 	e->pid = w->tgid;
 	e->generation = w->generation;
 	bpf_ringbuf_submit(e, 0);

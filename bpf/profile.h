@@ -51,9 +51,13 @@ struct sample_event {
 	__u64 ips[2 * MAX_STACK_DEPTH];
 };
 
+// A process announced to user space, with what /proc/PID/stat would say of
+// it, so that user space need not read that (zero in stale_procs events).
 struct new_proc {
 	__u32 pid;
 	__u32 generation;
+	__u64 start_boottime; // the thread group leader's start, ns after boot
+	char comm[COMM_LEN];  // the thread group leader's name
 };
 
 // DWARF-based unwinding (docs/UNWIND.md). User space turns each binary's

@@ -227,7 +227,7 @@ func Run(ctx context.Context, o Options) error {
 		KernelStacks: true,
 		Transfer:     o.Transfer,
 		MaxStacks:    stacksPerWindow(o.Frequency, o.Window),
-		OnNewProc:    a.coll.NewProc,
+		OnNewProc:    a.coll.Announced,
 		UnwindRows:   collect.UnwindRows(o.UnwindMemory),
 		OnStale:      a.coll.Refresh,
 	})

@@ -94,11 +94,29 @@ func (c *Collector) SetUnwinder(u Unwinder) {
 	}
 }
 
-// NewProc snapshots a process the sampler just saw for the first time; it
-// is the sampler's OnNewProc callback. With maxProcs processes known it
-// learns none (Stats counts them): their samples keep the names the kernel
-// gave them, their frames are unknown.
+// NewProc snapshots a process seen for the first time, reading its name
+// and start time from /proc (Announced, the sampler's OnNewProc callback,
+// has them already). With maxProcs processes known it learns none (Stats
+// counts them): their samples keep the names the kernel gave them, their
+// frames are unknown.
 func (c *Collector) NewProc(pid, generation uint32) {
+	c.learn(pid, generation, func() (*proc.Process, error) { return proc.Read(int(pid)) })
+}
+
+// Announced is NewProc for a process the sampler announced (its OnNewProc
+// callback), with the name and start time its BPF program read, which
+// spares reading /proc/PID/stat.
+func (c *Collector) Announced(np sampler.NewProc) {
+	c.learn(np.PID, np.Generation, func() (*proc.Process, error) {
+		if np.Comm == "" {
+			return proc.Read(int(np.PID))
+		}
+		return proc.ReadKnown(int(np.PID), np.Comm, np.StartTime)
+	})
+}
+
+// learn snapshots a process with read and names its files from then on.
+func (c *Collector) learn(pid, generation uint32, read func() (*proc.Process, error)) {
 	c.mu.Lock()
 	full := len(c.procs) >= maxProcs
 	if full {
@@ -108,7 +126,7 @@ func (c *Collector) NewProc(pid, generation uint32) {
 	if full {
 		return
 	}
-	p, err := proc.Read(int(pid))
+	p, err := read()
 	if err != nil {
 		return // gone already: its samples keep their names from the kernel only
 	}

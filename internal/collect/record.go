@@ -85,7 +85,7 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		KernelStacks: o.KernelStacks,
 		Transfer:     o.Transfer,
 		MaxStacks:    stackCapacity(o.Frequency, o.Duration),
-		OnNewProc:    c.NewProc,
+		OnNewProc:    c.Announced,
 		UnwindRows:   UnwindRows(o.UnwindMemory),
 		OnStale:      c.Refresh,
 		Paused:       true,

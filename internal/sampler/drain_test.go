@@ -7,10 +7,13 @@ import (
 
 func TestDecodeNewProc(t *testing.T) {
 	raw := binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, 4242), 7)
-	if pid, gen, ok := decodeNewProc(raw); !ok || pid != 4242 || gen != 7 {
-		t.Errorf("decodeNewProc = %d, %d, %v; want 4242, 7, true", pid, gen, ok)
+	raw = binary.NativeEndian.AppendUint64(raw, 123_456_789_012) // ns after boot
+	raw = append(raw, "python3.11\x00\x00\x00\x00\x00\x00"...)
+	want := NewProc{PID: 4242, Generation: 7, Comm: "python3.11", StartTime: 12345}
+	if p, ok := decodeNewProc(raw); !ok || p != want {
+		t.Errorf("decodeNewProc = %+v, %v; want %+v", p, ok, want)
 	}
-	if _, _, ok := decodeNewProc(raw[:7]); ok {
+	if _, ok := decodeNewProc(raw[:len(raw)-1]); ok {
 		t.Error("a short record decoded")
 	}
 }

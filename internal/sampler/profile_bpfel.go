@@ -32,9 +32,11 @@ type profileGenCache struct {
 }
 
 type profileNewProc struct {
-	_          structs.HostLayout
-	Pid        uint32
-	Generation uint32
+	_             structs.HostLayout
+	Pid           uint32
+	Generation    uint32
+	StartBoottime uint64
+	Comm          [16]int8
 }
 
 type profileSampleEvent struct {

@@ -12,6 +12,7 @@
 package sampler
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -70,10 +71,9 @@ type Options struct {
 	// kernel memory, allocated at load.
 	MaxStacks int
 	// OnNewProc is called, from a goroutine of the sampler, the first time
-	// a process (or a process image, after exec) is sampled; generation
-	// tells images of one PID apart. It should read what it needs from
-	// /proc quickly: the process may be short-lived.
-	OnNewProc func(pid, generation uint32)
+	// a process (or a process image, after exec) is sampled. It should read
+	// what it needs from /proc quickly: the process may be short-lived.
+	OnNewProc func(NewProc)
 	// UnwindRows is how many unwind rows (12 bytes each, kernel memory
 	// allocated at load) the sampler holds for walking user stacks of code
 	// built without frame pointers; 0 leaves every user stack to the
@@ -218,7 +218,11 @@ func (s *Sampler) start() error {
 	}
 	s.wg.Add(2)
 	go s.readProcs(s.procs, s.opts.OnNewProc)
-	go s.readProcs(s.stale, s.opts.OnStale)
+	go s.readProcs(s.stale, func(p NewProc) {
+		if s.opts.OnStale != nil {
+			s.opts.OnStale(p.PID, p.Generation)
+		}
+	})
 	if s.opts.Transfer == RingBuffer {
 		if s.samples, err = ringbuf.NewReader(s.objs.Samples); err != nil {
 			return fmt.Errorf("open sample ring buffer: %w", err)
@@ -282,7 +286,7 @@ func (s *Sampler) attach(cpu int) error {
 }
 
 // readProcs calls notify with each process event r delivers until r closes.
-func (s *Sampler) readProcs(r *ringbuf.Reader, notify func(pid, generation uint32)) {
+func (s *Sampler) readProcs(r *ringbuf.Reader, notify func(NewProc)) {
 	defer s.wg.Done()
 	var rec ringbuf.Record
 	for {
@@ -292,22 +296,45 @@ func (s *Sampler) readProcs(r *ringbuf.Reader, notify func(pid, generation uint3
 			}
 			continue
 		}
-		pid, generation, ok := decodeNewProc(rec.RawSample)
-		if ok && notify != nil {
-			notify(pid, generation)
+		if p, ok := decodeNewProc(rec.RawSample); ok && notify != nil {
+			notify(p)
 		}
 	}
 }
 
+// NewProc is a process the BPF program announced: its PID, the generation
+// that tells images of one PID apart, and its name and start time as
+// /proc/PID/stat gives them (Comm is "" when the program could not read
+// them).
+type NewProc struct {
+	PID, Generation uint32
+	Comm            string
+	StartTime       uint64 // clock ticks after boot
+}
+
+// clockTick is the unit of /proc's times (USER_HZ, 100 on every Linux
+// architecture flint runs on).
+const clockTick = 10 * time.Millisecond
+
 // decodeNewProc decodes a process announcement, at the offsets of the
 // generated type: binary.Decode's reflection was 3% of the agent's CPU
 // under process churn.
-func decodeNewProc(raw []byte) (pid, generation uint32, ok bool) {
+func decodeNewProc(raw []byte) (NewProc, bool) {
 	var ev profileNewProc
 	if len(raw) < int(unsafe.Sizeof(ev)) {
-		return 0, 0, false
+		return NewProc{}, false
 	}
-	return binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]), binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]), true
+	p := NewProc{
+		PID:        binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
+		Generation: binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]),
+		StartTime:  binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.StartBoottime):]) / uint64(clockTick),
+	}
+	comm := raw[unsafe.Offsetof(ev.Comm):][:len(ev.Comm)]
+	if n := bytes.IndexByte(comm, 0); n >= 0 {
+		comm = comm[:n]
+	}
+	p.Comm = string(comm)
+	return p, true
 }
 
 // Stop stops sampling; samples taken so far stay available to Drain.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/proc"
 )
 
 // execChildEnv makes the test binary a fixture that spins, then execs a
@@ -73,9 +74,9 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 	for _, transfer := range []Transfer{Aggregate, RingBuffer} {
 		t.Run(string(transfer), func(t *testing.T) {
 			self := uint32(os.Getpid())
-			announced := make(chan uint32, 1024)
+			announced := make(chan NewProc, 1024)
 			s, err := Start(Options{Frequency: 997, KernelStacks: true, Transfer: transfer,
-				OnNewProc: func(pid, gen uint32) { announced <- pid }})
+				OnNewProc: func(p NewProc) { announced <- p }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,8 +110,14 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			if st.Samples < mine || st.Dropped() > 0 {
 				t.Errorf("stats %+v: want ≥ %d samples and no drops", st, mine)
 			}
-			if !slices.Contains(drainChan(announced), self) {
-				t.Error("this process was never announced")
+			// Announced with the name and start time /proc gives.
+			stat, err := proc.Read(int(self))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := NewProc{PID: self, Comm: stat.Comm, StartTime: stat.StartTime}
+			if i := slices.IndexFunc(drainChan(announced), func(p NewProc) bool { p.Generation = 0; return p == want }); i < 0 {
+				t.Errorf("this process was never announced as %+v", want)
 			}
 		})
 	}
@@ -130,7 +137,7 @@ func TestSamplerNewImageAfterExec(t *testing.T) {
 			type announcement struct{ pid, gen uint32 }
 			announced := make(chan announcement, 1024)
 			s, err := Start(Options{Frequency: 997, Transfer: transfer,
-				OnNewProc: func(pid, gen uint32) { announced <- announcement{pid, gen} }})
+				OnNewProc: func(p NewProc) { announced <- announcement{p.PID, p.Generation} }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,8 +191,8 @@ func TestSamplerNewImageAfterExec(t *testing.T) {
 	}
 }
 
-func drainChan(c chan uint32) []uint32 {
-	var out []uint32
+func drainChan[T any](c chan T) []T {
+	var out []T
 	for {
 		select {
 		case v := <-c:
