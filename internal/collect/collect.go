@@ -108,9 +108,6 @@ func (c *Collector) NewProc(pid, generation uint32) {
 // spares reading /proc/PID/stat.
 func (c *Collector) Announced(np sampler.NewProc) {
 	c.learn(np.PID, np.Generation, func() (*proc.Process, error) {
-		if np.Comm == "" {
-			return proc.Read(int(np.PID))
-		}
 		return proc.ReadKnown(int(np.PID), np.Comm, np.StartTime)
 	})
 }

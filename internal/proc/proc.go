@@ -81,24 +81,20 @@ var Root = "/proc"
 // short-lived process exits, and no more: the sampler calls it for every
 // new process on the node.
 func Read(pid int) (*Process, error) {
-	return read(pid, "", 0, false)
+	return ReadKnown(pid, "", 0)
 }
 
 // ReadKnown is Read for a process whose name and start time (clock ticks
 // after boot, as /proc/PID/stat has it) the caller knows already, from the
 // BPF program that announced it: reading /proc/PID/stat was a tenth of
-// the agent's CPU under process churn.
+// the agent's CPU under process churn. An empty comm reads them.
 func ReadKnown(pid int, comm string, startTime uint64) (*Process, error) {
-	return read(pid, comm, startTime, true)
-}
-
-func read(pid int, comm string, startTime uint64, known bool) (*Process, error) {
 	dir := Root + "/" + strconv.Itoa(pid)
 	p := &Process{PID: pid, NSPID: pid, Comm: comm, StartTime: startTime}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	var err error
-	if !known {
+	if comm == "" {
 		if p.Comm, p.StartTime, err = readStat(pid, *bp); err != nil {
 			return nil, err
 		}
