@@ -142,21 +142,3 @@ func isSocket(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
-
-// NSPID returns the PID of process pid in its own PID namespace, from the
-// last field of NSpid in /proc/PID/status.
-func NSPID(pid int) (int, error) {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				return strconv.Atoi(f[len(f)-1])
-			}
-		}
-	}
-	return pid, nil // kernels before 4.1 have no NSpid: one namespace
-}

@@ -12,14 +12,16 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/proc"
 )
 
 func TestPerfMap(t *testing.T) {
 	pid := fixture.Java(t, fixture.JavaOptions{})
-	nspid, err := NSPID(pid)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
+	nspid := proc.ParseNSPID(status, pid)
 	mapFile := fmt.Sprintf("/proc/%d/root/tmp/perf-%d.map", pid, nspid)
 	t.Cleanup(func() { os.Remove(mapFile) })
 	// Twice: the first starts the JVM's attach listener, the second finds

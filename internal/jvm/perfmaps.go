@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/flint-dev/flint/internal/proc"
 )
 
 // Options configure a Dumper.
@@ -154,14 +156,15 @@ func (d *Dumper) finish(pid int, err error) {
 
 // dump runs the helper for pid as the JVM's user and group.
 func (d *Dumper) dump(ctx context.Context, pid int) error {
-	uid, gid, err := owner(pid)
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return err
 	}
-	nspid, err := NSPID(pid)
+	uid, gid, err := owner(status)
 	if err != nil {
-		return err
+		return fmt.Errorf("pid %d: %w", pid, err)
 	}
+	nspid := proc.ParseNSPID(status, pid)
 	ctx, cancel := context.WithTimeout(ctx, 2*attachTimeout)
 	defer cancel()
 	args := append(d.o.Helper[1:len(d.o.Helper):len(d.o.Helper)], strconv.Itoa(pid), strconv.Itoa(nspid))
@@ -176,12 +179,8 @@ func (d *Dumper) dump(ctx context.Context, pid int) error {
 	return nil
 }
 
-// owner returns the effective user and group of process pid.
-func owner(pid int) (uid, gid uint32, err error) {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
+// owner returns the effective user and group in a /proc/PID/status.
+func owner(status []byte) (uid, gid uint32, err error) {
 	field := func(name string) (uint32, error) {
 		for line := range strings.Lines(string(status)) {
 			if rest, ok := strings.CutPrefix(line, name+":"); ok {
@@ -192,7 +191,7 @@ func owner(pid int) (uid, gid uint32, err error) {
 				}
 			}
 		}
-		return 0, fmt.Errorf("no %s in /proc/%d/status", name, pid)
+		return 0, fmt.Errorf("no %s in its status", name)
 	}
 	if uid, err = field("Uid"); err != nil {
 		return 0, 0, err

@@ -110,7 +110,7 @@ func ReadKnown(pid int, comm string, startTime uint64) (*Process, error) {
 	// for anonymous executable memory.
 	if hasAnonymousCode(p.Mappings) {
 		if status, err := readFile(dir+"/status", *bp); err == nil {
-			p.NSPID = parseNSPID(status, pid)
+			p.NSPID = ParseNSPID(status, pid)
 		}
 	}
 	if cg, err := readFile(dir+"/cgroup", *bp); err == nil {
@@ -241,7 +241,10 @@ func parseStat(b []byte) (comm string, start uint64, err error) {
 	return comm, start, nil
 }
 
-func parseNSPID(status []byte, pid int) int {
+// ParseNSPID returns a process's PID in its own PID namespace from its
+// /proc/PID/status (the last field of NSpid); pid itself on kernels before
+// 4.1, which have no NSpid, and for a malformed line.
+func ParseNSPID(status []byte, pid int) int {
 	for line := range strings.Lines(string(status)) {
 		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
 			f := strings.Fields(rest)
