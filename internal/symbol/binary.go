@@ -110,6 +110,16 @@ func (b *Binary) Lookup(addr uint64) []Frame {
 	return nil
 }
 
+// Symbol returns the link-time address of the ELF symbol called name, as
+// ELFTable.Symbol finds it.
+func (b *Binary) Symbol(name string) (uint64, bool) {
+	if b.loadELF(); b.elf == nil {
+		return 0, false
+	}
+	addr, _, ok := b.elf.Symbol(name)
+	return addr, ok
+}
+
 func (b *Binary) loadELF() {
 	if b.elfDone {
 		return

@@ -272,6 +272,24 @@ func (s *Symbolizer) Bias(m *proc.Mapping) (bias uint64, ok bool) {
 	return bin.segments.Bias(m)
 }
 
+// Symbol returns the address the symbol called name (as Binary.Symbol
+// spells it) of mapping m's file has in m's process: its link-time address
+// plus m's load bias. m's file must be learned.
+func (s *Symbolizer) Symbol(m *proc.Mapping, name string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bin := s.binary(m.Key())
+	if bin == nil {
+		return 0, false
+	}
+	addr, ok := bin.Symbol(name)
+	if !ok {
+		return 0, false
+	}
+	bias, ok := bin.segments.Bias(m)
+	return addr + bias, ok
+}
+
 // BuildID returns the build ID of a learned file, "" if unknown. It reads
 // only the notes unless the file's tables are parsed already.
 func (s *Symbolizer) BuildID(k proc.FileKey) string {

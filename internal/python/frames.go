@@ -1,0 +1,296 @@
+package python
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"unicode/utf16"
+
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// The sampler's tagged frame words (bpf/profile.h, enum python_frame_bits).
+const (
+	markBit    = 63
+	entryBit   = 62
+	indexShift = 44
+	indexBits  = 18
+	codeAlign  = 3
+)
+
+// IsFrame reports whether a word of a sampled user stack is a Python
+// frame rather than a native address.
+func IsFrame(word uint64) bool { return word>>markBit != 0 }
+
+// IsEntry reports whether Python frame word was the outermost frame of one
+// call of the interpreter's eval loop: the native _PyEval_EvalFrameDefault
+// frame that ran it stands for it and the frames after it up to here.
+func IsEntry(word uint64) bool { return word>>entryBit&1 != 0 }
+
+// decode splits a frame word into its code object's address and its
+// instruction index.
+func decode(word uint64) (code uint64, index uint32) {
+	code = (word & (1<<indexShift - 1)) << codeAlign
+	index = uint32(word >> indexShift & (1<<indexBits - 1))
+	return code, index
+}
+
+// Bounds on what a code object's strings and line table may take: names
+// are short, and a hostile process must not make flint read gigabytes.
+const (
+	maxName      = 1024
+	maxFilename  = 4096
+	maxLineTable = 1 << 20
+)
+
+// Process names the Python frames of one process. Safe for concurrent use.
+type Process struct {
+	interp *Interpreter
+	mem    memory // /proc/PID/mem
+
+	mu    sync.Mutex
+	codes map[uint64]*code
+}
+
+// memory is a process's memory, its addresses the offsets.
+type memory interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// code is what flint knows of one code object; zero when it could not be
+// read.
+type code struct {
+	function, file string
+	firstLine      int
+	lineTable      []byte
+}
+
+// maxCodes bounds the code objects named per process; past it the cache
+// starts over (a process generating code without end).
+const maxCodes = 1 << 16
+
+// Open returns a Process reading the memory of process pid, whose
+// interpreter is in.
+func Open(pid int, in *Interpreter) (*Process, error) {
+	f, err := os.Open(fmt.Sprintf("%s/%d/mem", procRoot, pid))
+	if err != nil {
+		return nil, fmt.Errorf("read python process %d: %w", pid, err)
+	}
+	return &Process{interp: in, mem: f, codes: map[uint64]*code{}}, nil
+}
+
+// procRoot is where /proc is; tests point it elsewhere.
+var procRoot = "/proc"
+
+// Close releases the process's memory; safe to call twice.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mem == nil {
+		return nil
+	}
+	err := p.mem.Close()
+	p.mem = nil
+	return err
+}
+
+// Interpreter returns the interpreter p reads.
+func (p *Process) Interpreter() *Interpreter { return p.interp }
+
+// Frame names a Python frame word of a sampled stack: module.function
+// with its file and the line it was at. A code object that cannot be read
+// (gone, not a code object) is named "[python: unreadable code]".
+func (p *Process) Frame(word uint64) symbol.Frame {
+	addr, index := decode(word)
+	c := p.code(addr)
+	if c.function == "" {
+		return symbol.Frame{Function: "[python: unreadable code]"}
+	}
+	if p.interp.Minor == 9 {
+		index /= 2 // f_lasti counts bytes
+	}
+	return symbol.Frame{Function: c.function, File: c.file, StartLine: c.firstLine,
+		Line: Line(p.interp.Minor, c.lineTable, c.firstLine, index)}
+}
+
+// Remember reads the code object of frame word now, while its process
+// runs, so that Frame names it after the process exits.
+func (p *Process) Remember(word uint64) {
+	addr, _ := decode(word)
+	p.code(addr)
+}
+
+func (p *Process) code(addr uint64) *code {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.codes[addr]; c != nil {
+		return c
+	}
+	c, err := p.readCode(addr)
+	if err != nil {
+		c = &code{}
+	}
+	if len(p.codes) >= maxCodes {
+		clear(p.codes)
+	}
+	p.codes[addr] = c
+	return c
+}
+
+var errNotCode = errors.New("not a code object")
+
+// readCode reads the code object at addr. Callers hold mu.
+func (p *Process) readCode(addr uint64) (*code, error) {
+	if p.mem == nil {
+		return nil, os.ErrClosed
+	}
+	o := &p.interp.Offsets
+	h := make([]byte, codeHeader)
+	if err := p.read(h, addr); err != nil {
+		return nil, err
+	}
+	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
+	if t := p.interp.CodeType; t != 0 && ptr(8) != t { // ob_type
+		return nil, errNotCode
+	}
+	name := o.CodeName
+	if o.CodeQualname != 0 {
+		name = o.CodeQualname
+	}
+	function, err := p.str(ptr(name), maxName)
+	if err != nil {
+		return nil, fmt.Errorf("code name: %w", err)
+	}
+	file, err := p.str(ptr(o.CodeFilename), maxFilename)
+	if err != nil {
+		return nil, fmt.Errorf("code file: %w", err)
+	}
+	table, err := p.bytes(ptr(o.CodeLineTable), maxLineTable)
+	if err != nil {
+		return nil, fmt.Errorf("code line table: %w", err)
+	}
+	if m := Module(file); m != "" {
+		function = m + "." + function
+	}
+	return &code{function: function, file: file,
+		firstLine: int(int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:]))), lineTable: table}, nil
+}
+
+func (p *Process) read(b []byte, addr uint64) error {
+	if addr == 0 || addr > 1<<63 {
+		return fmt.Errorf("address %#x", addr)
+	}
+	_, err := p.mem.ReadAt(b, int64(addr))
+	return err
+}
+
+// String kinds and flags in PyASCIIObject.state: kind in bits 2-4, compact
+// bit 5, ascii bit 6, in every version read.
+const (
+	stateOffset = 32
+	lengthOff   = 16 // ob_refcnt, ob_type, then the length
+)
+
+// str reads the str object at addr: a compact one, as code objects hold.
+func (p *Process) str(addr uint64, max int) (string, error) {
+	o := &p.interp.Offsets
+	var h [40]byte
+	if err := p.read(h[:], addr); err != nil {
+		return "", err
+	}
+	n := binary.LittleEndian.Uint64(h[lengthOff:])
+	state := binary.LittleEndian.Uint32(h[stateOffset:])
+	kind, compact, ascii := int(state>>2&7), state>>5&1 != 0, state>>6&1 != 0
+	if !compact || n > uint64(max) || (kind != 1 && kind != 2 && kind != 4) {
+		return "", fmt.Errorf("str at %#x: not a compact string of at most %d characters", addr, max)
+	}
+	data := addr + uint64(o.CompactSize)
+	if ascii {
+		data = addr + uint64(o.ASCIISize)
+	}
+	b := make([]byte, int(n)*kind)
+	if err := p.read(b, data); err != nil {
+		return "", err
+	}
+	switch kind {
+	case 1:
+		if ascii {
+			return string(b), nil
+		}
+		r := make([]rune, n)
+		for i, c := range b {
+			r[i] = rune(c) // Latin-1
+		}
+		return string(r), nil
+	case 2:
+		u := make([]uint16, n)
+		for i := range u {
+			u[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
+		return string(utf16.Decode(u)), nil
+	default:
+		r := make([]rune, n)
+		for i := range r {
+			r[i] = rune(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return string(r), nil
+	}
+}
+
+// Bytes objects: ob_size at 16, the bytes at 32, in every version read.
+const (
+	bytesSize = 16
+	bytesData = 32
+)
+
+// bytes reads the bytes object at addr.
+func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
+	var h [bytesData]byte
+	if err := p.read(h[:], addr); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint64(h[bytesSize:])
+	if n > uint64(max) {
+		return nil, fmt.Errorf("bytes at %#x: %d bytes, at most %d", addr, n, max)
+	}
+	b := make([]byte, n)
+	if n == 0 {
+		return b, nil
+	}
+	return b, p.read(b, addr+bytesData)
+}
+
+// Module names the module a file holds as Python tracebacks would show
+// it: its path under the directory of sys.path it was found in (the
+// standard library's lib/python3.X, a site-packages or dist-packages) with
+// dots for slashes, or else the file's name; the package's for
+// __init__.py; the frozen module's for "<frozen importlib._bootstrap>";
+// "" for code that is not from a file ("<string>", "<stdin>").
+func Module(file string) string {
+	if rest, ok := strings.CutPrefix(file, "<frozen "); ok {
+		return strings.TrimSuffix(rest, ">")
+	}
+	if strings.HasPrefix(file, "<") {
+		return ""
+	}
+	rel := filepath.Base(file)
+	if m := sysPathDir.FindAllStringIndex(file, -1); m != nil {
+		rel = strings.TrimPrefix(file[m[len(m)-1][1]:], "/")
+	} else if filepath.Base(file) == "__init__.py" {
+		rel = filepath.Join(filepath.Base(filepath.Dir(file)), "__init__.py")
+	}
+	rel = strings.TrimSuffix(strings.TrimSuffix(rel, ".py"), "/__init__")
+	return strings.ReplaceAll(rel, "/", ".")
+}
+
+// sysPathDir matches the directories of sys.path whose files' module
+// names are their paths below them.
+// (Matches end before the slash after them, where the next may start.)
+var sysPathDir = regexp.MustCompile(`/(?:lib/python3(?:\.[0-9]+)?|site-packages|dist-packages)\b`)
