@@ -69,8 +69,14 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+// A thread's Python frames, leaf first.
+struct python_stack {
+	__u64 frames[PY_MAX_FRAMES];
+};
+
 // Per-CPU scratch space: stacks are too large for the 512-byte BPF stack.
 struct scratch {
+	struct python_stack python;
 	struct stack_trace user;
 	struct stack_trace kernel;
 	struct sample_event event;
@@ -112,6 +118,31 @@ struct {
 	__uint(max_entries, 4096);
 } stale_procs SEC(".maps");
 
+// CPython processes: tgid -> where their interpreter state is. Allocated
+// as used; user space lists every CPython process it learns.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384); // collect.maxProcs
+	__type(key, __u32);
+	__type(value, struct python_proc);
+} python_procs SEC(".maps");
+
+// The thread state of a CPython thread, found once by searching the
+// interpreter's thread list: tid -> its PyThreadState (0: none found at
+// `checked`, a thread that has none or not yet). Checked on every use.
+struct python_thread {
+	__u64 tstate;
+	__u64 checked; // ktime of the last search, ns
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); // threads of CPython processes alive at once
+	__type(key, __u32);
+	__type(value, struct python_thread);
+} python_threads SEC(".maps");
+
 __u32 generation = 0;
 
 // Force BTF for the types user space decodes.
@@ -120,6 +151,9 @@ const struct new_proc *unused_new_proc __attribute__((unused));
 const enum sampler_stat *unused_sampler_stat __attribute__((unused));
 const struct unwind_proc *unused_unwind_proc __attribute__((unused));
 const enum cfa_kind *unused_cfa_kind __attribute__((unused));
+const struct python_proc *unused_python_proc __attribute__((unused));
+const enum python_frame_bits *unused_python_frame_bits __attribute__((unused));
+const enum python_layout *unused_python_layout __attribute__((unused));
 
 // user_mode reports a tick that interrupted user code: it has no kernel
 // stack, and asking for one still costs the helper's setup (x86: the
@@ -453,13 +487,169 @@ static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
 	return hash;
 }
 
-// user_frames writes the user stack to ips, by unwind tables when the
-// process has them, and returns its depth.
-static __always_inline __u32 user_frames(struct bpf_perf_event_data *ctx, struct task_struct *task,
-					 __u32 tgid, __u32 gen, __u64 *ips)
+// The Python walker: the thread's PyThreadState, then its frame chain,
+// one bpf_loop iteration a thread or frame.
+
+// How many threads of one interpreter a search looks at, and how often a
+// thread without a thread state searches again.
+#define PY_MAX_THREADS 256
+#define PY_SEARCH_INTERVAL_NS 1000000000ULL
+
+struct python_search {
+	struct python_offsets *o;
+	__u64 tstate; // the one looked at
+	__u64 self;   // the sampled thread's pthread_self()
+	__u64 found;
+};
+
+static long python_search_step(__u64 i, void *arg)
 {
+	struct python_search *s = arg;
+	__u64 id;
+	if (!s->tstate || !read_user(&id, s->tstate + s->o->tstate_thread_id))
+		return 1;
+	if (id == s->self) {
+		s->found = s->tstate;
+		return 1;
+	}
+	return read_user(&s->tstate, s->tstate + s->o->tstate_next) ? 0 : 1;
+}
+
+// python_tstate returns the sampled thread's PyThreadState, 0 if it has
+// none. A thread's state is where it says it belongs to the thread whose
+// TLS base (what pthread_self returns, in any PID namespace) is self.
+static __always_inline __u64 python_tstate(struct python_proc *p, __u32 tid, __u64 self)
+{
+	struct python_thread *t = bpf_map_lookup_elem(&python_threads, &tid);
+	__u64 id, now = bpf_ktime_get_ns();
+	if (t && t->tstate && read_user(&id, t->tstate + p->o.tstate_thread_id) && id == self)
+		return t->tstate;
+	if (t && !t->tstate && now - t->checked < PY_SEARCH_INTERVAL_NS)
+		return 0;
+	struct python_search s = {.o = &p->o, .self = self};
+	__u64 interp;
+	if (read_user(&interp, p->runtime + p->o.interpreters_head) && interp &&
+	    read_user(&s.tstate, interp + p->o.threads_head))
+		bpf_loop(PY_MAX_THREADS, python_search_step, &s, 0);
+	struct python_thread found = {.tstate = s.found, .checked = now};
+	bpf_map_update_elem(&python_threads, &tid, &found, BPF_ANY);
+	return s.found;
+}
+
+struct python_walk {
+	struct python_offsets *o;
+	__u64 frame;
+	__u64 *out;
+	__u32 n;
+};
+
+#define PY_OWNED_BY_CSTACK 3
+#define PY_INDEX_MAX ((1ULL << PY_FRAME_INDEX_BITS) - 1)
+
+static long python_frame_step(__u64 i, void *arg)
+{
+	struct python_walk *w = arg;
+	struct python_offsets *o = w->o;
+	__u32 n = w->n;
+	if (!w->frame || n >= PY_MAX_FRAMES)
+		return 1;
+	__u64 frame = w->frame, code, instr = 0;
+	if (!read_user(&code, frame + o->frame_code) || !read_user(&w->frame, frame + o->frame_previous))
+		return 1;
+	__u8 owner = 0;
+	if (o->layout != PY_FRAME_OBJECT &&
+	    bpf_probe_read_user(&owner, sizeof(owner), (const void *)(frame + o->frame_owner)))
+		return 1;
+	if (o->layout == PY_FRAME_OWNER && owner == PY_OWNED_BY_CSTACK) {
+		// A shim the eval loop pushes when C calls it: the frame
+		// before it (leaf side) was that call's outermost.
+		if (n > 0)
+			w->out[n - 1] |= 1ULL << PY_FRAME_ENTRY;
+		return 0;
+	}
+	bool entry = true;
+	if (o->layout == PY_FRAME_OBJECT) {
+		int lasti;
+		if (bpf_probe_read_user(&lasti, sizeof(lasti), (const void *)(frame + o->frame_instr)))
+			return 1;
+		instr = lasti > 0 ? lasti : 0;
+	} else {
+		if (!read_user(&instr, frame + o->frame_instr))
+			return 1;
+		__u64 first = code + o->code_bytecode;
+		instr = instr > first ? (instr - first) / 2 : 0;
+		entry = o->layout == PY_FRAME_IS_ENTRY && owner;
+	}
+	if (instr > PY_INDEX_MAX)
+		instr = PY_INDEX_MAX;
+	w->out[n] = 1ULL << PY_FRAME_MARK | (entry ? 1ULL << PY_FRAME_ENTRY : 0) |
+					  instr << PY_FRAME_INDEX_SHIFT |
+					  ((code >> PY_FRAME_CODE_ALIGN) & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1));
+	w->n = n + 1;
+	return 0;
+}
+
+// python_frames writes the Python frames of the sampled thread to out and
+// returns how many; 0 for a thread of no CPython process. A global
+// function: the verifier checks it once, not once for each path of its
+// callers, which the unwinder's already multiply.
+__noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase, struct python_stack *out)
+{
+	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &tgid);
+	if (!p || !out || (p->generation && p->generation != gen))
+		return 0;
+	__u64 tstate = python_tstate(p, tid, fsbase);
+	struct python_walk w = {.o = &p->o, .out = out->frames};
+	if (!tstate || !read_user(&w.frame, tstate + p->o.tstate_frame)) {
+		count(STAT_PYTHON_NO_THREAD);
+		return 0;
+	}
+	if (p->o.cframe && w.frame && !read_user(&w.frame, w.frame + p->o.cframe_frame))
+		return 0;
+	bpf_loop(PY_MAX_FRAMES, python_frame_step, &w, 0);
+	if (w.n)
+		count(STAT_PYTHON_STACKS);
+	return w.n;
+}
+
+// A loop the verifier checks once, not once an iteration.
+struct python_append {
+	__u64 *ips;
+	struct python_stack *python;
+	__u32 len;
+};
+
+static long python_append_step(__u64 i, void *arg)
+{
+	struct python_append *a = arg;
+	__u32 len = a->len;
+	if (len >= MAX_STACK_DEPTH || i >= PY_MAX_FRAMES)
+		return 1;
+	a->ips[len] = a->python->frames[i];
+	a->len = len + 1;
+	return 0;
+}
+
+// user_frames writes the user stack to ips, by unwind tables when the
+// process has them, then the Python frames of a CPython thread, and
+// returns its depth. python is scratch space for those.
+static __always_inline __u32 user_frames(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					 __u32 tgid, __u32 tid, __u32 gen, __u64 *ips,
+					 struct python_stack *python)
+{
+	__u32 np = python_frames(tgid, tid, gen, task->thread.fsbase, python);
+	if (np > PY_MAX_FRAMES)
+		np = PY_MAX_FRAMES;
 	long n = walk_user(ctx, task, tgid, gen, ips);
-	return n >= 0 ? n : stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
+	if (n < 0)
+		n = stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
+	// The Python frames fit in place of the outermost native ones: a
+	// stack this deep is cut at the root either way.
+	if (n > MAX_STACK_DEPTH - np)
+		n = MAX_STACK_DEPTH - np;
+	struct python_append a = {.ips = ips, .python = python, .len = n};
+	bpf_loop(np, python_append_step, &a, 0);
+	return a.len;
 }
 
 static __always_inline void aggregate(struct sample_key *key)
@@ -469,9 +659,9 @@ static __always_inline void aggregate(struct sample_key *key)
 }
 
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
-				 struct task_struct *task, __u32 tgid)
+				 struct task_struct *task, struct python_stack *python)
 {
-	__u32 user_len = user_frames(ctx, task, tgid, e->generation, e->ips);
+	__u32 user_len = user_frames(ctx, task, e->pid, e->tid, e->generation, e->ips, python);
 	e->user_len = user_len;
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
@@ -513,7 +703,7 @@ int sample(struct bpf_perf_event_data *ctx)
 		e->generation = gen;
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
-		emit(ctx, e, task, tgid);
+		emit(ctx, e, task, &sc->python);
 		return 0;
 	}
 
@@ -523,7 +713,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	key.generation = gen;
 	copy_comm(key.comm, task->group_leader->comm);
 	copy_comm(key.thread, task->comm);
-	sc->user.len = user_frames(ctx, task, tgid, gen, sc->user.ips);
+	sc->user.len = user_frames(ctx, task, tgid, tid, gen, sc->user.ips, &sc->python);
 	key.user_stack = store_stack(&sc->user, hash_stack(&sc->user));
 	if (kernel_stacks && !user_mode(ctx)) {
 		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);

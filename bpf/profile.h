@@ -20,6 +20,8 @@ enum sampler_stat {
 	STAT_UNWIND_COMPLETE,	// of those, walks that reached the outermost frame
 	STAT_UNWIND_FAULTS,	// of those, walks cut short by unreadable stack memory
 	STAT_UNWIND_STALE,	// processes found running code outside their mappings
+	STAT_PYTHON_STACKS,	// samples of CPython threads with Python frames read
+	STAT_PYTHON_NO_THREAD,	// samples of CPython processes whose thread state was not found
 	STAT_MAX,
 };
 
@@ -102,6 +104,53 @@ struct unwind_proc {
 	__u32 stale;	  // set by the walker when code ran outside mappings
 	__u32 pad;
 	struct unwind_mapping mappings[MAX_UNWIND_MAPPINGS];
+};
+
+// CPython (docs/PYTHON.md). The sampler reads the sampled thread's Python
+// frames from the interpreter's memory and appends them, leaf first, to the
+// user stack after its native frames, each as one tagged word that no user
+// address can be (they are below 2^47):
+enum python_frame_bits {
+	PY_FRAME_MARK = 63,	    // set: a Python frame
+	PY_FRAME_ENTRY = 62,	    // the outermost frame of one native eval call
+	PY_FRAME_INDEX_SHIFT = 44,  // bits 44-61: the instruction index
+	PY_FRAME_INDEX_BITS = 18,   // (3.9: byte offset; later: code units)
+	PY_FRAME_CODE_ALIGN = 3,    // bits 0-43: the code object's address >> 3
+};
+
+// Python frames read at most; the native frames get the rest of the stack.
+#define PY_MAX_FRAMES 48
+
+// How the interpreter lays out its frames, by version.
+enum python_layout {
+	PY_FRAME_OBJECT,   // 3.9, 3.10: PyFrameObject, int f_lasti; one eval call a frame
+	PY_FRAME_IS_ENTRY, // 3.11: _PyInterpreterFrame, prev_instr, bool is_entry
+	PY_FRAME_OWNER,	   // 3.12+: _PyInterpreterFrame, owner CSTACK shims between eval calls
+};
+
+// Where the sampler finds what it reads, in bytes from the struct's start
+// (python.Offsets has them by version).
+struct python_offsets {
+	__u16 interpreters_head; // _PyRuntimeState.interpreters.head
+	__u16 threads_head;	 // PyInterpreterState's first PyThreadState
+	__u16 tstate_next;
+	__u16 tstate_thread_id; // pthread_self() of the thread: its TLS base
+	__u16 tstate_frame;	// the current frame, or (cframe) the _PyCFrame
+	__u16 cframe_frame;	// _PyCFrame.current_frame
+	__u16 frame_code;
+	__u16 frame_previous;
+	__u16 frame_instr; // f_lasti (PY_FRAME_OBJECT), else the instruction pointer
+	__u16 frame_owner; // is_entry or owner
+	__u16 code_bytecode; // co_code_adaptive: the first code unit
+	__u8 layout;	     // enum python_layout
+	__u8 cframe;	     // tstate_frame points to a _PyCFrame (3.11, 3.12)
+};
+
+struct python_proc {
+	__u32 generation; // of the image; 0: any
+	__u32 pad;
+	__u64 runtime; // address of _PyRuntime in the process
+	struct python_offsets o;
 };
 
 #endif

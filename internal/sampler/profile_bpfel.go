@@ -39,6 +39,53 @@ type profileNewProc struct {
 	Comm          [16]int8
 }
 
+type profilePythonFrameBits uint32
+
+const (
+	profilePythonFrameBitsPY_FRAME_MARK        profilePythonFrameBits = 63
+	profilePythonFrameBitsPY_FRAME_ENTRY       profilePythonFrameBits = 62
+	profilePythonFrameBitsPY_FRAME_INDEX_SHIFT profilePythonFrameBits = 44
+	profilePythonFrameBitsPY_FRAME_INDEX_BITS  profilePythonFrameBits = 18
+	profilePythonFrameBitsPY_FRAME_CODE_ALIGN  profilePythonFrameBits = 3
+)
+
+type profilePythonLayout uint32
+
+const (
+	profilePythonLayoutPY_FRAME_OBJECT   profilePythonLayout = 0
+	profilePythonLayoutPY_FRAME_IS_ENTRY profilePythonLayout = 1
+	profilePythonLayoutPY_FRAME_OWNER    profilePythonLayout = 2
+)
+
+type profilePythonProc struct {
+	_          structs.HostLayout
+	Generation uint32
+	Pad        uint32
+	Runtime    uint64
+	O          struct {
+		_                structs.HostLayout
+		InterpretersHead uint16
+		ThreadsHead      uint16
+		TstateNext       uint16
+		TstateThreadId   uint16
+		TstateFrame      uint16
+		CframeFrame      uint16
+		FrameCode        uint16
+		FramePrevious    uint16
+		FrameInstr       uint16
+		FrameOwner       uint16
+		CodeBytecode     uint16
+		Layout           uint8
+		Cframe           uint8
+	}
+}
+
+type profilePythonThread struct {
+	_       structs.HostLayout
+	Tstate  uint64
+	Checked uint64
+}
+
 type profileSampleEvent struct {
 	_          structs.HostLayout
 	Pid        uint32
@@ -77,11 +124,17 @@ const (
 	profileSamplerStatSTAT_UNWIND_COMPLETE  profileSamplerStat = 8
 	profileSamplerStatSTAT_UNWIND_FAULTS    profileSamplerStat = 9
 	profileSamplerStatSTAT_UNWIND_STALE     profileSamplerStat = 10
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 11
+	profileSamplerStatSTAT_PYTHON_STACKS    profileSamplerStat = 11
+	profileSamplerStatSTAT_PYTHON_NO_THREAD profileSamplerStat = 12
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 13
 )
 
 type profileScratch struct {
 	_      structs.HostLayout
+	Python struct {
+		_      structs.HostLayout
+		Frames [48]uint64
+	}
 	User   profileStackTrace
 	Kernel profileStackTrace
 	Event  profileSampleEvent
@@ -123,31 +176,36 @@ type profileUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profileMapCounts            = "counts"
-	profileMapKnownProcs        = "known_procs"
-	profileMapLastProc          = "last_proc"
-	profileMapProcEvents        = "proc_events"
-	profileMapSamples           = "samples"
-	profileMapScratch           = "scratch"
-	profileMapStacks            = "stacks"
-	profileMapStaleProcs        = "stale_procs"
-	profileMapStats             = "stats"
-	profileMapUnwindProcs       = "unwind_procs"
-	profileMapUnwindRows        = "unwind_rows"
-	profileProgOnExec           = "on_exec"
-	profileProgOnFork           = "on_fork"
-	profileProgSample           = "sample"
-	profileVarGeneration        = "generation"
-	profileVarKernelStacks      = "kernel_stacks"
-	profileVarProcEpoch         = "proc_epoch"
-	profileVarTargetTgid        = "target_tgid"
-	profileVarUnusedCfaKind     = "unused_cfa_kind"
-	profileVarUnusedNewProc     = "unused_new_proc"
-	profileVarUnusedSampleEvent = "unused_sample_event"
-	profileVarUnusedSamplerStat = "unused_sampler_stat"
-	profileVarUnusedUnwindProc  = "unused_unwind_proc"
-	profileVarUnwindTables      = "unwind_tables"
-	profileVarUseRingbuf        = "use_ringbuf"
+	profileMapCounts                = "counts"
+	profileMapKnownProcs            = "known_procs"
+	profileMapLastProc              = "last_proc"
+	profileMapProcEvents            = "proc_events"
+	profileMapPythonProcs           = "python_procs"
+	profileMapPythonThreads         = "python_threads"
+	profileMapSamples               = "samples"
+	profileMapScratch               = "scratch"
+	profileMapStacks                = "stacks"
+	profileMapStaleProcs            = "stale_procs"
+	profileMapStats                 = "stats"
+	profileMapUnwindProcs           = "unwind_procs"
+	profileMapUnwindRows            = "unwind_rows"
+	profileProgOnExec               = "on_exec"
+	profileProgOnFork               = "on_fork"
+	profileProgSample               = "sample"
+	profileVarGeneration            = "generation"
+	profileVarKernelStacks          = "kernel_stacks"
+	profileVarProcEpoch             = "proc_epoch"
+	profileVarTargetTgid            = "target_tgid"
+	profileVarUnusedCfaKind         = "unused_cfa_kind"
+	profileVarUnusedNewProc         = "unused_new_proc"
+	profileVarUnusedPythonFrameBits = "unused_python_frame_bits"
+	profileVarUnusedPythonLayout    = "unused_python_layout"
+	profileVarUnusedPythonProc      = "unused_python_proc"
+	profileVarUnusedSampleEvent     = "unused_sample_event"
+	profileVarUnusedSamplerStat     = "unused_sampler_stat"
+	profileVarUnusedUnwindProc      = "unused_unwind_proc"
+	profileVarUnwindTables          = "unwind_tables"
+	profileVarUseRingbuf            = "use_ringbuf"
 )
 
 // loadProfile returns the embedded CollectionSpec for profile.
@@ -201,34 +259,39 @@ type profileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileMapSpecs struct {
-	Counts      *ebpf.MapSpec `ebpf:"counts"`
-	KnownProcs  *ebpf.MapSpec `ebpf:"known_procs"`
-	LastProc    *ebpf.MapSpec `ebpf:"last_proc"`
-	ProcEvents  *ebpf.MapSpec `ebpf:"proc_events"`
-	Samples     *ebpf.MapSpec `ebpf:"samples"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
-	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
-	StaleProcs  *ebpf.MapSpec `ebpf:"stale_procs"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	UnwindProcs *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counts        *ebpf.MapSpec `ebpf:"counts"`
+	KnownProcs    *ebpf.MapSpec `ebpf:"known_procs"`
+	LastProc      *ebpf.MapSpec `ebpf:"last_proc"`
+	ProcEvents    *ebpf.MapSpec `ebpf:"proc_events"`
+	PythonProcs   *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonThreads *ebpf.MapSpec `ebpf:"python_threads"`
+	Samples       *ebpf.MapSpec `ebpf:"samples"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
+	StaleProcs    *ebpf.MapSpec `ebpf:"stale_procs"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profileVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileVariableSpecs struct {
-	Generation        *ebpf.VariableSpec `ebpf:"generation"`
-	KernelStacks      *ebpf.VariableSpec `ebpf:"kernel_stacks"`
-	ProcEpoch         *ebpf.VariableSpec `ebpf:"proc_epoch"`
-	TargetTgid        *ebpf.VariableSpec `ebpf:"target_tgid"`
-	UnusedCfaKind     *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
-	UnusedNewProc     *ebpf.VariableSpec `ebpf:"unused_new_proc"`
-	UnusedSampleEvent *ebpf.VariableSpec `ebpf:"unused_sample_event"`
-	UnusedSamplerStat *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
-	UnusedUnwindProc  *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
-	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
-	UseRingbuf        *ebpf.VariableSpec `ebpf:"use_ringbuf"`
+	Generation            *ebpf.VariableSpec `ebpf:"generation"`
+	KernelStacks          *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	ProcEpoch             *ebpf.VariableSpec `ebpf:"proc_epoch"`
+	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedCfaKind         *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
+	UnusedNewProc         *ebpf.VariableSpec `ebpf:"unused_new_proc"`
+	UnusedPythonFrameBits *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
+	UnusedPythonLayout    *ebpf.VariableSpec `ebpf:"unused_python_layout"`
+	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
+	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedSamplerStat     *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc      *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnwindTables          *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	UseRingbuf            *ebpf.VariableSpec `ebpf:"use_ringbuf"`
 }
 
 // profileObjects contains all objects after they have been loaded into the kernel.
@@ -251,17 +314,19 @@ func (o *profileObjects) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileMaps struct {
-	Counts      *ebpf.Map `ebpf:"counts"`
-	KnownProcs  *ebpf.Map `ebpf:"known_procs"`
-	LastProc    *ebpf.Map `ebpf:"last_proc"`
-	ProcEvents  *ebpf.Map `ebpf:"proc_events"`
-	Samples     *ebpf.Map `ebpf:"samples"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
-	Stacks      *ebpf.Map `ebpf:"stacks"`
-	StaleProcs  *ebpf.Map `ebpf:"stale_procs"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	UnwindProcs *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows  *ebpf.Map `ebpf:"unwind_rows"`
+	Counts        *ebpf.Map `ebpf:"counts"`
+	KnownProcs    *ebpf.Map `ebpf:"known_procs"`
+	LastProc      *ebpf.Map `ebpf:"last_proc"`
+	ProcEvents    *ebpf.Map `ebpf:"proc_events"`
+	PythonProcs   *ebpf.Map `ebpf:"python_procs"`
+	PythonThreads *ebpf.Map `ebpf:"python_threads"`
+	Samples       *ebpf.Map `ebpf:"samples"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	Stacks        *ebpf.Map `ebpf:"stacks"`
+	StaleProcs    *ebpf.Map `ebpf:"stale_procs"`
+	Stats         *ebpf.Map `ebpf:"stats"`
+	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profileMaps) Close() error {
@@ -270,6 +335,8 @@ func (m *profileMaps) Close() error {
 		m.KnownProcs,
 		m.LastProc,
 		m.ProcEvents,
+		m.PythonProcs,
+		m.PythonThreads,
 		m.Samples,
 		m.Scratch,
 		m.Stacks,
@@ -284,17 +351,20 @@ func (m *profileMaps) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileVariables struct {
-	Generation        *ebpf.Variable `ebpf:"generation"`
-	KernelStacks      *ebpf.Variable `ebpf:"kernel_stacks"`
-	ProcEpoch         *ebpf.Variable `ebpf:"proc_epoch"`
-	TargetTgid        *ebpf.Variable `ebpf:"target_tgid"`
-	UnusedCfaKind     *ebpf.Variable `ebpf:"unused_cfa_kind"`
-	UnusedNewProc     *ebpf.Variable `ebpf:"unused_new_proc"`
-	UnusedSampleEvent *ebpf.Variable `ebpf:"unused_sample_event"`
-	UnusedSamplerStat *ebpf.Variable `ebpf:"unused_sampler_stat"`
-	UnusedUnwindProc  *ebpf.Variable `ebpf:"unused_unwind_proc"`
-	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
-	UseRingbuf        *ebpf.Variable `ebpf:"use_ringbuf"`
+	Generation            *ebpf.Variable `ebpf:"generation"`
+	KernelStacks          *ebpf.Variable `ebpf:"kernel_stacks"`
+	ProcEpoch             *ebpf.Variable `ebpf:"proc_epoch"`
+	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedCfaKind         *ebpf.Variable `ebpf:"unused_cfa_kind"`
+	UnusedNewProc         *ebpf.Variable `ebpf:"unused_new_proc"`
+	UnusedPythonFrameBits *ebpf.Variable `ebpf:"unused_python_frame_bits"`
+	UnusedPythonLayout    *ebpf.Variable `ebpf:"unused_python_layout"`
+	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
+	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedSamplerStat     *ebpf.Variable `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc      *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnwindTables          *ebpf.Variable `ebpf:"unwind_tables"`
+	UseRingbuf            *ebpf.Variable `ebpf:"use_ringbuf"`
 }
 
 // profilePrograms contains all programs after they have been loaded into the kernel.

@@ -115,7 +115,11 @@ type Stats struct {
 	// UnwindStale counts processes found running code outside their
 	// unwind mappings.
 	UnwindStale uint64
-	PerCPU      [][]uint64 // [cpu][stat]
+	// PythonStacks counts samples whose Python frames were read;
+	// PythonNoThread, samples of CPython processes whose thread state was
+	// not found (a thread that never ran Python).
+	PythonStacks, PythonNoThread uint64
+	PerCPU                       [][]uint64 // [cpu][stat]
 }
 
 // Dropped is the number of samples lost entirely.
@@ -403,6 +407,8 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.UnwindComplete += c[profileSamplerStatSTAT_UNWIND_COMPLETE]
 		st.UnwindFaults += c[profileSamplerStatSTAT_UNWIND_FAULTS]
 		st.UnwindStale += c[profileSamplerStatSTAT_UNWIND_STALE]
+		st.PythonStacks += c[profileSamplerStatSTAT_PYTHON_STACKS]
+		st.PythonNoThread += c[profileSamplerStatSTAT_PYTHON_NO_THREAD]
 	}
 	return st, nil
 }

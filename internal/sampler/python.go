@@ -1,0 +1,39 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/flint-dev/flint/internal/python"
+)
+
+// SetPython makes the sampler read the Python frames of process pid's
+// image generation (0: any), whose interpreter is in.
+func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) error {
+	o := &in.Offsets
+	p := profilePythonProc{Generation: generation, Runtime: in.Runtime}
+	p.O.InterpretersHead, p.O.ThreadsHead = o.InterpretersHead, o.ThreadsHead
+	p.O.TstateNext, p.O.TstateThreadId, p.O.TstateFrame = o.ThreadNext, o.ThreadID, o.ThreadFrame
+	p.O.CframeFrame, p.O.FrameCode, p.O.FramePrevious = o.CFrameFrame, o.FrameCode, o.FramePrevious
+	p.O.FrameInstr, p.O.FrameOwner, p.O.CodeBytecode = o.FrameInstr, o.FrameOwner, o.CodeBytecode
+	p.O.Layout = uint8(o.Layout)
+	if o.CFrame {
+		p.O.Cframe = 1
+	}
+	if err := s.objs.PythonProcs.Put(pid, &p); err != nil {
+		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeletePython stops reading process pid's Python frames. A process
+// without them is no error.
+func (s *Sampler) DeletePython(pid uint32) error {
+	err := s.objs.PythonProcs.Delete(pid)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete python interpreter of process %d: %w", pid, err)
+	}
+	return nil
+}
