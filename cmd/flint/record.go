@@ -32,6 +32,7 @@ type RecordConfig struct {
 	Output    string // "-" for stdout
 	Format    profile.Format
 	NoKernel  bool
+	NoPython  bool
 	Transfer  sampler.Transfer
 	// UnwindMemory is kernel memory for unwind tables, bytes; 0: none.
 	UnwindMemory int64
@@ -148,6 +149,7 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	}
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")
+	fs.BoolVar(&c.NoPython, "no-python", false, "leave CPython's eval loop as native frames, its Python frames unread")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: ringbuf, or aggregate (in-kernel maps; for benchmarks)")
 	unwindMemoryFlag(fs, &c.UnwindMemory)
 	if err := fs.Parse(args); err != nil {
@@ -220,6 +222,7 @@ func record(args []string) error {
 		PID:          c.PID,
 		Container:    c.Container,
 		KernelStacks: !c.NoKernel,
+		NoPython:     c.NoPython,
 		Transfer:     c.Transfer,
 		UnwindMemory: c.UnwindMemory,
 		Loaded: func() error {

@@ -41,6 +41,7 @@ func TestParseRecord(t *testing.T) {
 		{args: "-p 42 -o default.pgo", check: func(c *RecordConfig) bool { return c.Format == profile.FormatPprof }},
 		{args: "-a -o - --format json", check: func(c *RecordConfig) bool { return c.Format == profile.FormatJSON }},
 		{args: "-a -o x --format html --no-kernel", check: func(c *RecordConfig) bool { return c.Format == profile.FormatHTML && c.NoKernel }},
+		{args: "-p 1 --no-python", check: func(c *RecordConfig) bool { return c.NoPython }},
 		{args: "", wantErr: "say what to record"},
 		{args: "-p 1 -a", wantErr: "exclude each other"},
 		{args: "-p -3", wantErr: "not a PID"},
@@ -122,6 +123,7 @@ func startSpin(t *testing.T, spin string) int {
 func startFixture(t *testing.T, path string, args ...string) int {
 	t.Helper()
 	cmd := exec.Command(path, args...)
+	cmd.Dir = t.TempDir() // where what it writes (V8's isolate logs) goes
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

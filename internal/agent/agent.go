@@ -235,6 +235,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer a.sampler.Close()
+	a.coll.SetPython(a.sampler)
 	if a.unwind = collect.StartUnwind(a.coll, a.sampler); a.unwind != nil {
 		defer a.unwind.Close()
 	}
@@ -378,6 +379,7 @@ func (a *Agent) drain(now time.Time) {
 	if err != nil {
 		a.o.Logf("drain samples: %v", err)
 	}
+	a.coll.ReadPython(batch)
 	a.window = append(a.window, batch...)
 	a.feedLive(batch, now)
 }

@@ -69,6 +69,8 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)
 		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)
 		gauge("flint_unwind_stale_total", "Times a process ran code outside the mappings its unwind tables list (a library loaded since).", "counter", st.UnwindStale)
+		gauge("flint_python_stacks_total", "Samples of CPython threads whose Python frames were read.", "counter", st.PythonStacks)
+		gauge("flint_python_no_thread_total", "Samples of CPython processes whose thread state was not found (threads that never ran Python).", "counter", st.PythonNoThread)
 	}
 	if a.unwind != nil {
 		writeUnwindMetrics(w, a.unwind.Stats())
@@ -107,6 +109,8 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	byReason(w, "flint_naming_skipped_total", "Inputs naming skipped, by reason.",
 		reason{"perf_map_rejected", ns.PerfMapsRejected}, reason{"perf_map_truncated", ns.PerfMapsTruncated},
 		reason{"file_not_held", ns.FilesNotHeld}, reason{"process_not_learned", cs.ProcessesSkipped})
+	gauge("flint_python_processes", "CPython processes whose Python frames are read.", "gauge", cs.PythonProcesses)
+	gauge("flint_python_unsupported_total", "CPython processes of versions whose frames flint cannot read (native frames only).", "counter", cs.PythonUnsupported)
 	if a.spool == nil {
 		gauge("flint_store_bytes", "Bytes of the store's files.", "gauge", dirSize(a.o.DataDir))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/python"
 	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/symbol"
 )
@@ -29,6 +30,11 @@ type Collector struct {
 	procs   map[procKey]*procEntry
 	files   map[proc.FileKey]*fileUse // files mapped by known processes
 	skipped uint64                    // processes not learned: maxProcs known
+
+	pyKernel      PythonKernel // nil: Python frames are not read
+	pythons       map[procKey]*python.Process
+	pyUnsupported uint64 // CPython processes of versions flint cannot read
+	pyNote        string // why, for the first of them
 }
 
 // fileUse counts the mappings of a file by known processes, and keeps one
@@ -55,7 +61,8 @@ type procKey struct{ pid, generation uint32 }
 
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
-	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{}}
+	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{},
+		pythons: map[procKey]*python.Process{}}
 }
 
 // Namer names the pod and container a process runs in (namespace, pod,
@@ -135,6 +142,7 @@ func (c *Collector) learn(pid, generation uint32, read func() (*proc.Process, er
 	c.procs[procKey{pid, generation}] = &procEntry{p: p}
 	c.countFiles(p.Mappings, 1)
 	c.mu.Unlock()
+	c.notePython(c.learnPython(procKey{pid, generation}, p))
 	if c.jit != nil && isJVM(p) {
 		c.jit(p.PID)
 	}
@@ -210,13 +218,20 @@ type Stats struct {
 	ProcessesSkipped uint64
 	// Files is the files known processes map.
 	Files int
+	// PythonProcesses is the CPython processes whose Python frames are
+	// read; PythonUnsupported counts those of versions flint cannot read
+	// (their stacks stay native), PythonNote says why for the first.
+	PythonProcesses   int
+	PythonUnsupported uint64
+	PythonNote        string
 }
 
 // Stats returns the Collector's counters.
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{ProcessesSkipped: c.skipped, Files: len(c.files)}
+	return Stats{ProcessesSkipped: c.skipped, Files: len(c.files),
+		PythonProcesses: len(c.pythons), PythonUnsupported: c.pyUnsupported, PythonNote: c.pyNote}
 }
 
 // Maps reports whether a known process maps the file; it tells
@@ -261,6 +276,7 @@ func (c *Collector) Forget(round uint64) {
 			if c.unwinder != nil {
 				c.unwinder.Forget(k.pid, k.generation)
 			}
+			c.forgetPython(k)
 		}
 		c.mu.Unlock()
 	}
@@ -481,9 +497,7 @@ func (b *builder) stack(s *sampler.Sample) namedStack {
 	for i, addr := range s.Kernel {
 		locs = append(locs, b.kernel(addr, i > 0))
 	}
-	for i, addr := range s.User {
-		locs = append(locs, b.user(k.proc, p, addr, i > 0))
-	}
+	locs = b.userFrames(locs, k.proc, p, s.User)
 	if s.StackLost {
 		locs = append(locs, lostStack)
 	}

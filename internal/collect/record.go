@@ -31,6 +31,9 @@ type RecordOptions struct {
 	// JVMMaps, if set, has the JVMs recorded write the maps that name their
 	// compiled code: when first sampled, and again before naming.
 	JVMMaps *jvm.Dumper
+	// NoPython leaves CPython processes to native frames, their Python
+	// frames unread.
+	NoPython bool
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 	// Loaded, if set, runs once the sampler is loaded and attached, before
@@ -94,6 +97,12 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		return nil, err
 	}
 	defer s.Close()
+	if !o.NoPython {
+		c.SetPython(s)
+		if target != nil {
+			c.LearnPython(target)
+		}
+	}
 	if t := StartUnwind(c, s); t != nil {
 		defer t.Close()
 		if target != nil {
@@ -115,6 +124,7 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	var samples []sampler.Sample
 	drain := func() error {
 		batch, err := s.Drain()
+		c.ReadPython(batch)
 		samples = append(samples, batch...)
 		return err
 	}
@@ -170,6 +180,9 @@ loop:
 	res := &Result{Profile: prof, Stats: st}
 	res.Naming = sym.Stats()
 	res.Warnings = warnings(st, sym, o.KernelStacks)
+	if cs := c.Stats(); cs.PythonUnsupported > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("Python frames unread in %d processes, native frames only: %s", cs.PythonUnsupported, cs.PythonNote))
+	}
 	return res, nil
 }
 

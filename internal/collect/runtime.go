@@ -2,15 +2,11 @@ package collect
 
 import (
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/python"
 )
-
-// pythonFile matches the executable or library of a CPython interpreter
-// (python3.11, libpython3.12.so.1.0), capturing its version.
-var pythonFile = regexp.MustCompile(`^(?:lib)?python(\d+(?:\.\d+)?)(?:$|\.so|[dmu]*$)`)
 
 // runtimeOf names what runs p's code, for the runtime label: the Go release
 // that built its executable ("go1.26"), the interpreter or virtual machine
@@ -37,8 +33,8 @@ func (c *Collector) runtimeOf(p *proc.Process) string {
 		case strings.HasPrefix(name, "libnode.so"), p.Mappings[i].Path == p.Exe && (name == "node" || name == "nodejs"):
 			runtime = "node"
 		default:
-			if m := pythonFile.FindStringSubmatch(name); m != nil {
-				runtime = "python" + m[1]
+			if v := python.FileVersion(name); v != "" {
+				runtime = "python" + v
 			}
 		}
 	}

@@ -1,0 +1,196 @@
+package collect
+
+import (
+	"errors"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/python"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/symbol"
+)
+
+// PythonKernel reads the Python frames of the CPython processes it is
+// told of (the sampler).
+type PythonKernel interface {
+	SetPython(pid, generation uint32, in *python.Interpreter) error
+	DeletePython(pid uint32) error
+}
+
+// SetPython has the Collector find the CPython interpreter of each process
+// it learns, tell k of it, and name the Python frames k adds to its
+// stacks. Processes known already are looked at now.
+func (c *Collector) SetPython(k PythonKernel) {
+	c.mu.Lock()
+	c.pyKernel = k
+	known := make(map[procKey]*proc.Process, len(c.procs))
+	for key, e := range c.procs {
+		known[key] = e.p
+	}
+	c.mu.Unlock()
+	for key, p := range known {
+		c.notePython(c.learnPython(key, p))
+	}
+}
+
+// learnPython finds p's interpreter and has the kernel read its frames.
+// It returns python.ErrVersion for an interpreter it cannot read.
+func (c *Collector) learnPython(k procKey, p *proc.Process) error {
+	c.mu.Lock()
+	kernel := c.pyKernel
+	c.mu.Unlock()
+	if kernel == nil {
+		return nil
+	}
+	in, err := python.Find(p, c.sym.Symbol)
+	if in == nil {
+		return err
+	}
+	pp, err := python.Open(p.PID, in)
+	if err != nil {
+		return nil // gone already
+	}
+	if err := kernel.SetPython(k.pid, k.generation, in); err != nil {
+		pp.Close()
+		return nil // its map full: native frames only
+	}
+	c.mu.Lock()
+	// Its entry from before its first sample (generation 0) gives way.
+	for _, old := range []procKey{k, {pid: k.pid}} {
+		if pp := c.pythons[old]; pp != nil {
+			pp.Close()
+			delete(c.pythons, old)
+		}
+	}
+	c.pythons[k] = pp
+	c.mu.Unlock()
+	return nil
+}
+
+// LearnPython has the kernel read the Python frames of p from its first
+// sample on, before p is announced (`flint record -p`), when it notes an
+// unsupported version.
+func (c *Collector) LearnPython(p *proc.Process) {
+	_ = c.learnPython(procKey{pid: uint32(p.PID)}, p)
+}
+
+// notePython counts a CPython process whose frames flint cannot read
+// (err is python.ErrVersion), and keeps the first reason for Stats.
+func (c *Collector) notePython(err error) {
+	if !errors.Is(err, python.ErrVersion) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pyUnsupported++
+	if c.pyNote == "" {
+		c.pyNote = err.Error()
+	}
+}
+
+// forgetPython drops what the Collector and the kernel know of a process
+// image's interpreter. Callers hold mu.
+func (c *Collector) forgetPython(k procKey) {
+	pp := c.pythons[k]
+	if pp == nil {
+		return
+	}
+	pp.Close()
+	delete(c.pythons, k)
+	_ = c.pyKernel.DeletePython(k.pid) // gone from the map already: nothing to do
+}
+
+// ReadPython reads the code objects the Python frames of samples ran as
+// they arrive: a process that exits before its samples are named keeps
+// its names.
+func (c *Collector) ReadPython(samples []sampler.Sample) {
+	for i := range samples {
+		s := &samples[i]
+		n := len(s.User)
+		if n == 0 || !python.IsFrame(s.User[n-1]) {
+			continue
+		}
+		pp := c.python(procKey{s.PID, s.Generation})
+		if pp == nil {
+			continue
+		}
+		for j := n - 1; j >= 0 && python.IsFrame(s.User[j]); j-- {
+			pp.Remember(s.User[j])
+		}
+	}
+}
+
+// python returns the interpreter of process image k, or the one learnt
+// before its first sample.
+func (c *Collector) python(k procKey) *python.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pp := c.pythons[k]; pp != nil {
+		return pp
+	}
+	return c.pythons[procKey{pid: k.pid}]
+}
+
+// userFrames appends the locations of a user stack to locs. The sampler
+// puts a CPython thread's Python frames after its native ones; each native
+// frame of the eval loop gives way to the Python frames it ran, so that
+// the stack reads as the program does, native code around it in place.
+func (b *builder) userFrames(locs []*profile.Location, k procKey, p *proc.Process, ips []uint64) []*profile.Location {
+	native := len(ips)
+	for native > 0 && python.IsFrame(ips[native-1]) {
+		native--
+	}
+	py := ips[native:]
+	var pp *python.Process
+	if len(py) > 0 {
+		pp = b.c.python(k)
+	}
+	for i, addr := range ips[:native] {
+		l := b.user(k, p, addr, i > 0)
+		if pp != nil && len(py) > 0 && isEvalLoop(l) {
+			n := 1
+			for n < len(py) && !python.IsEntry(py[n-1]) {
+				n++
+			}
+			for _, w := range py[:n] {
+				locs = append(locs, b.pythonLoc(pp, p, w))
+			}
+			py = py[n:]
+			continue
+		}
+		locs = append(locs, l)
+	}
+	// Frames whose eval loop the native walk did not reach (cut short):
+	// outermost, as they were.
+	if pp != nil {
+		for _, w := range py {
+			locs = append(locs, b.pythonLoc(pp, p, w))
+		}
+	}
+	return locs
+}
+
+// isEvalLoop reports whether l is CPython's bytecode interpreter.
+func isEvalLoop(l *profile.Location) bool {
+	f := l.Frames[len(l.Frames)-1].Function // the function, not one inlined into it
+	return strings.HasPrefix(f, "_PyEval_EvalFrameDefault")
+}
+
+// pythonLoc returns the location of a Python frame word of process p.
+// Its address stands for its function and line, so equal frames of any
+// process are one location in the store.
+func (b *builder) pythonLoc(pp *python.Process, p *proc.Process, word uint64) *profile.Location {
+	k := locKey{proc: p, addr: word}
+	if l := b.locs[k]; l != nil {
+		return l
+	}
+	f := pp.Frame(word)
+	h := fnv.New64a()
+	h.Write([]byte(f.Function + "\x00" + f.File + "\x00" + strconv.Itoa(f.Line)))
+	l := &profile.Location{Address: h.Sum64(), Frames: []symbol.Frame{f}}
+	b.locs[k] = l
+	return l
+}
