@@ -19,13 +19,16 @@ run: build
 # clickhouse-server: the ClickHouse store's tests start their own servers.
 # linux-perf, redis-server, redis-tools: unwinding is checked against perf
 # --call-graph dwarf, on a fixture and on a packaged daemon under load.
+# python3: Python frames are checked on the distribution's interpreter too.
 DEB_PACKAGES := gcc g++ libc6-dev make util-linux clang-19 llvm-19 bpftool libbpf-dev chromium clickhouse-server \
-	linux-perf redis-server redis-tools default-jdk-headless
+	linux-perf redis-server redis-tools default-jdk-headless python3 python3-pip
 deps:
 	@if ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
 	$(GO) mod download
+	@# py-spy: the Python tests compare flint's frames with its.
+	command -v py-spy >/dev/null || python3 -m pip install -q --root-user-action=ignore --break-system-packages --prefix /usr/local py-spy
 
 # chdb, a current ClickHouse in-process (~300 MB with numpy, pandas and
 # pyarrow): TestChdb replays the ClickHouse store's SQL in it and skips

@@ -41,7 +41,11 @@ func TestRecordJIT(t *testing.T) {
 		{"node", func(t *testing.T) int {
 			fixture.NeedTools(t, "node")
 			node, _ := exec.LookPath("node")
-			return startFixture(t, node, "--perf-basic-prof", "../../testdata/fixtures/node/hot.js")
+			script, err := filepath.Abs("../../testdata/fixtures/node/hot.js")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return startFixture(t, node, "--perf-basic-prof", script)
 		}, []string{"hotA", "hotB", "hotC"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
