@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/flint-dev/flint/internal/proc"
 )
@@ -23,7 +24,11 @@ var fileVersion = regexp.MustCompile(`^(?:lib)?python(\d+(?:\.\d+)?)[dmu]*(t?)[d
 // FileVersion returns the Python version a file's name says it runs
 // ("3.11", "3.13t" for a free-threaded build), "" for other files.
 func FileVersion(path string) string {
-	if m := fileVersion.FindStringSubmatch(filepath.Base(path)); m != nil {
+	base := filepath.Base(path)
+	if !strings.Contains(base, "python") {
+		return "" // most files: no regular expression run
+	}
+	if m := fileVersion.FindStringSubmatch(base); m != nil {
 		return m[1] + m[2]
 	}
 	return ""
