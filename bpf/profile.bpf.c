@@ -74,9 +74,16 @@ struct python_stack {
 	__u64 frames[PY_MAX_FRAMES];
 };
 
+// A thread off the CPU: since when, and where it waits.
+struct off_cpu_span {
+	__u64 start; // ktime
+	struct sample_key key;
+};
+
 // Per-CPU scratch space: stacks are too large for the 512-byte BPF stack.
 struct scratch {
 	struct python_stack python;
+	struct off_cpu_span span;
 	struct stack_trace user;
 	struct stack_trace kernel;
 	struct sample_event event;
@@ -248,7 +255,7 @@ static __always_inline __u32 proc_generation(__u32 tgid)
 // stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
 // them) and returns how many frames it holds, counting failures in err
 // (a kernel thread has no user stack; user code has no kernel stack).
-static __always_inline __u32 stack_frames(struct bpf_perf_event_data *ctx, __u64 *ips, __u64 flags,
+static __always_inline __u32 stack_frames(void *ctx, __u64 *ips, __u64 flags,
 					  enum sampler_stat err)
 {
 	long n = bpf_get_stack(ctx, ips, MAX_STACK_DEPTH * sizeof(__u64), flags);
@@ -441,9 +448,11 @@ static long walk_step(__u64 i, void *arg)
 
 // walk_user writes the current task's user stack to ips walking with unwind
 // tables, and returns its depth; -1 when its process has no tables (the
-// kernel's frame pointer walk applies).
-static __always_inline long walk_user(struct bpf_perf_event_data *ctx, struct task_struct *task,
-				      __u32 tgid, __u32 gen, __u64 *ips)
+// kernel's frame pointer walk applies). in_user says ctx is a perf event's
+// that interrupted user code, whose registers are where the walk starts;
+// else the registers the task saved entering the kernel are.
+static __always_inline long walk_user(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
+				      __u32 gen, __u64 *ips)
 {
 	if (!unwind_tables)
 		return -1;
@@ -453,11 +462,12 @@ static __always_inline long walk_user(struct bpf_perf_event_data *ctx, struct ta
 	if (!p || (p->generation && p->generation != gen))
 		return -1;
 	struct walk w = {.ips = ips, .proc = p, .tgid = tgid, .generation = gen, .exact = true};
-	if (user_mode(ctx)) {
+	if (in_user) {
 		// Loads at fixed offsets of the context, as the verifier wants.
-		w.ip = *(volatile __u64 *)&ctx->regs.ip;
-		w.sp = *(volatile __u64 *)&ctx->regs.sp;
-		w.bp = *(volatile __u64 *)&ctx->regs.bp;
+		struct bpf_perf_event_data *pe = ctx;
+		w.ip = *(volatile __u64 *)&pe->regs.ip;
+		w.sp = *(volatile __u64 *)&pe->regs.sp;
+		w.bp = *(volatile __u64 *)&pe->regs.bp;
 	} else {
 		if (!task->mm)
 			return 0; // a kernel thread
@@ -632,15 +642,15 @@ static long python_append_step(__u64 i, void *arg)
 
 // user_frames writes the user stack to ips, by unwind tables when the
 // process has them, then the Python frames of a CPython thread, and
-// returns its depth. python is scratch space for those.
-static __always_inline __u32 user_frames(struct bpf_perf_event_data *ctx, struct task_struct *task,
-					 __u32 tgid, __u32 tid, __u32 gen, __u64 *ips,
-					 struct python_stack *python)
+// returns its depth; in_user as walk_user's. python is scratch space for
+// those.
+static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
+					 __u32 tid, __u32 gen, __u64 *ips, struct python_stack *python)
 {
 	__u32 np = python_frames(tgid, tid, gen, task->thread.fsbase, python);
 	if (np > PY_MAX_FRAMES)
 		np = PY_MAX_FRAMES;
-	long n = walk_user(ctx, task, tgid, gen, ips);
+	long n = walk_user(ctx, in_user, task, tgid, gen, ips);
 	if (n < 0)
 		n = stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
 	// The Python frames fit in place of the outermost native ones: a
@@ -652,6 +662,25 @@ static __always_inline __u32 user_frames(struct bpf_perf_event_data *ctx, struct
 	return a.len;
 }
 
+// stack_key fills key with the current task's process, thread and stacks,
+// stored in `stacks`; in_user as walk_user's.
+static __always_inline void stack_key(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
+				      __u32 tid, __u32 gen, struct scratch *sc, struct sample_key *key)
+{
+	__builtin_memset(key, 0, sizeof(*key));
+	key->pid = tgid;
+	key->tid = tid;
+	key->generation = gen;
+	copy_comm(key->comm, task->group_leader->comm);
+	copy_comm(key->thread, task->comm);
+	sc->user.len = user_frames(ctx, in_user, task, tgid, tid, gen, sc->user.ips, &sc->python);
+	key->user_stack = store_stack(&sc->user, hash_stack(&sc->user));
+	if (kernel_stacks && !in_user) {
+		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);
+		key->kernel_stack = store_stack(&sc->kernel, hash_stack(&sc->kernel));
+	}
+}
+
 static __always_inline void aggregate(struct sample_key *key)
 {
 	if (!add_one(&counts, key))
@@ -661,7 +690,7 @@ static __always_inline void aggregate(struct sample_key *key)
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
 				 struct task_struct *task, struct python_stack *python)
 {
-	__u32 user_len = user_frames(ctx, task, e->pid, e->tid, e->generation, e->ips, python);
+	__u32 user_len = user_frames(ctx, user_mode(ctx), task, e->pid, e->tid, e->generation, e->ips, python);
 	e->user_len = user_len;
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
@@ -707,19 +736,73 @@ int sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	struct sample_key key = {};
-	key.pid = tgid;
-	key.tid = tid;
-	key.generation = gen;
-	copy_comm(key.comm, task->group_leader->comm);
-	copy_comm(key.thread, task->comm);
-	sc->user.len = user_frames(ctx, task, tgid, tid, gen, sc->user.ips, &sc->python);
-	key.user_stack = store_stack(&sc->user, hash_stack(&sc->user));
-	if (kernel_stacks && !user_mode(ctx)) {
-		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);
-		key.kernel_stack = store_stack(&sc->kernel, hash_stack(&sc->kernel));
-	}
+	struct sample_key key;
+	stack_key(ctx, user_mode(ctx), task, tgid, tid, gen, sc, &key);
 	aggregate(&key);
+	return 0;
+}
+
+// Off-CPU time (docs/OFFCPU.md): how long threads wait off the CPU, and
+// where. When a thread leaves the CPU its stacks are taken (it is still the
+// current task) and kept with the time; when it is switched back in, the
+// time since goes to those stacks if it is off_cpu_min_ns or more. One
+// departure in off_cpu_sample is recorded, and counts for that many.
+const volatile __u32 self_tgid = 0;	      // flint: never recorded
+const volatile __u64 off_cpu_min_ns = 1000000; // --off-cpu-min
+const volatile __u32 off_cpu_sample = 1;      // --off-cpu-sample N
+
+// Threads off the CPU: tid -> span. LRU: a thread that exits off the CPU
+// leaves its span behind.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct off_cpu_span);
+} off_cpu_spans SEC(".maps");
+
+// Nanoseconds off the CPU per (process, thread, stacks); sized by the loader.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sample_key);
+	__type(value, __u64);
+} off_cpu SEC(".maps");
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	// next is back: the time it was away.
+	__u32 next_tid = next->pid;
+	struct off_cpu_span *span = bpf_map_lookup_elem(&off_cpu_spans, &next_tid);
+	if (span) {
+		__u64 off = now - span->start;
+		struct sample_key key = span->key;
+		bpf_map_delete_elem(&off_cpu_spans, &next_tid);
+		if (off >= off_cpu_min_ns) {
+			count(STAT_OFF_CPU_SPANS);
+			__u64 zero = 0, *total = lookup_or_init(&off_cpu, &key, &zero);
+			if (total)
+				__sync_fetch_and_add(total, off * (off_cpu_sample > 1 ? off_cpu_sample : 1));
+			else
+				count(STAT_OFF_CPU_FULL);
+		}
+	}
+
+	// prev leaves, still the current task: where it waits.
+	__u32 tgid = prev->tgid, tid = prev->pid;
+	if (!tid || tgid == self_tgid || (target_tgid && tgid != target_tgid) ||
+	    (off_cpu_sample > 1 && bpf_get_prandom_u32() % off_cpu_sample))
+		return 0;
+	__u32 zero = 0;
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return 0;
+	struct off_cpu_span *out = &sc->span;
+	out->start = now;
+	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc, &out->key);
+	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;
 }
 

@@ -22,6 +22,8 @@ enum sampler_stat {
 	STAT_UNWIND_STALE,	// processes found running code outside their mappings
 	STAT_PYTHON_STACKS,	// samples of CPython threads with Python frames read
 	STAT_PYTHON_NO_THREAD,	// samples of CPython processes whose thread state was not found
+	STAT_OFF_CPU_SPANS,	// off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
+	STAT_OFF_CPU_FULL,	// off_cpu map full: span lost
 	STAT_MAX,
 };
 

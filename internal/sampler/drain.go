@@ -28,12 +28,22 @@ func (s *Sampler) Drain() ([]Sample, error) {
 }
 
 func (s *Sampler) drainMaps() ([]Sample, error) {
+	out, err := s.drainCounts(s.objs.Counts)
+	if err != nil {
+		return out, fmt.Errorf("drain sample counts: %w", err)
+	}
+	return out, nil
+}
+
+// drainCounts moves the counts of m, a map of sample keys, out of the
+// kernel.
+func (s *Sampler) drainCounts(m *ebpf.Map) ([]Sample, error) {
 	var out []Sample
 	keys := make([]profileSampleKey, drainBatch)
 	vals := make([]uint64, drainBatch)
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := s.objs.Counts.BatchLookupAndDelete(&cursor, keys, vals, nil)
+		n, err := m.BatchLookupAndDelete(&cursor, keys, vals, nil)
 		for i := range n {
 			out = append(out, s.sampleFromKey(&keys[i], vals[i]))
 		}
@@ -41,7 +51,7 @@ func (s *Sampler) drainMaps() ([]Sample, error) {
 			return out, nil
 		}
 		if err != nil {
-			return out, fmt.Errorf("drain sample counts: %w", err)
+			return out, err
 		}
 	}
 }
@@ -64,7 +74,7 @@ func (s *Sampler) Trim() error {
 			drop = append(drop, h)
 		}
 	}
-	if s.opts.Transfer == RingBuffer || len(drop) == 0 {
+	if (s.opts.Transfer == RingBuffer && s.opts.OffCPU == nil) || len(drop) == 0 { // the kernel's map unused
 		return nil
 	}
 	if _, err := s.objs.Stacks.BatchDelete(drop, nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

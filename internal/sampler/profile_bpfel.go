@@ -39,6 +39,12 @@ type profileNewProc struct {
 	Comm          [16]int8
 }
 
+type profileOffCpuSpan struct {
+	_     structs.HostLayout
+	Start uint64
+	Key   profileSampleKey
+}
+
 type profilePythonFrameBits uint32
 
 const (
@@ -126,7 +132,9 @@ const (
 	profileSamplerStatSTAT_UNWIND_STALE     profileSamplerStat = 10
 	profileSamplerStatSTAT_PYTHON_STACKS    profileSamplerStat = 11
 	profileSamplerStatSTAT_PYTHON_NO_THREAD profileSamplerStat = 12
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 13
+	profileSamplerStatSTAT_OFF_CPU_SPANS    profileSamplerStat = 13
+	profileSamplerStatSTAT_OFF_CPU_FULL     profileSamplerStat = 14
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 15
 )
 
 type profileScratch struct {
@@ -135,6 +143,7 @@ type profileScratch struct {
 		_      structs.HostLayout
 		Frames [48]uint64
 	}
+	Span   profileOffCpuSpan
 	User   profileStackTrace
 	Kernel profileStackTrace
 	Event  profileSampleEvent
@@ -179,6 +188,8 @@ const (
 	profileMapCounts                = "counts"
 	profileMapKnownProcs            = "known_procs"
 	profileMapLastProc              = "last_proc"
+	profileMapOffCpu                = "off_cpu"
+	profileMapOffCpuSpans           = "off_cpu_spans"
 	profileMapProcEvents            = "proc_events"
 	profileMapPythonProcs           = "python_procs"
 	profileMapPythonThreads         = "python_threads"
@@ -191,10 +202,14 @@ const (
 	profileMapUnwindRows            = "unwind_rows"
 	profileProgOnExec               = "on_exec"
 	profileProgOnFork               = "on_fork"
+	profileProgOnSwitch             = "on_switch"
 	profileProgSample               = "sample"
 	profileVarGeneration            = "generation"
 	profileVarKernelStacks          = "kernel_stacks"
+	profileVarOffCpuMinNs           = "off_cpu_min_ns"
+	profileVarOffCpuSample          = "off_cpu_sample"
 	profileVarProcEpoch             = "proc_epoch"
+	profileVarSelfTgid              = "self_tgid"
 	profileVarTargetTgid            = "target_tgid"
 	profileVarUnusedCfaKind         = "unused_cfa_kind"
 	profileVarUnusedNewProc         = "unused_new_proc"
@@ -250,9 +265,10 @@ type profileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileProgramSpecs struct {
-	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
-	Sample *ebpf.ProgramSpec `ebpf:"sample"`
+	OnExec   *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnFork   *ebpf.ProgramSpec `ebpf:"on_fork"`
+	OnSwitch *ebpf.ProgramSpec `ebpf:"on_switch"`
+	Sample   *ebpf.ProgramSpec `ebpf:"sample"`
 }
 
 // profileMapSpecs contains maps before they are loaded into the kernel.
@@ -262,6 +278,8 @@ type profileMapSpecs struct {
 	Counts        *ebpf.MapSpec `ebpf:"counts"`
 	KnownProcs    *ebpf.MapSpec `ebpf:"known_procs"`
 	LastProc      *ebpf.MapSpec `ebpf:"last_proc"`
+	OffCpu        *ebpf.MapSpec `ebpf:"off_cpu"`
+	OffCpuSpans   *ebpf.MapSpec `ebpf:"off_cpu_spans"`
 	ProcEvents    *ebpf.MapSpec `ebpf:"proc_events"`
 	PythonProcs   *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads *ebpf.MapSpec `ebpf:"python_threads"`
@@ -280,7 +298,10 @@ type profileMapSpecs struct {
 type profileVariableSpecs struct {
 	Generation            *ebpf.VariableSpec `ebpf:"generation"`
 	KernelStacks          *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuSample          *ebpf.VariableSpec `ebpf:"off_cpu_sample"`
 	ProcEpoch             *ebpf.VariableSpec `ebpf:"proc_epoch"`
+	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.VariableSpec `ebpf:"unused_new_proc"`
@@ -317,6 +338,8 @@ type profileMaps struct {
 	Counts        *ebpf.Map `ebpf:"counts"`
 	KnownProcs    *ebpf.Map `ebpf:"known_procs"`
 	LastProc      *ebpf.Map `ebpf:"last_proc"`
+	OffCpu        *ebpf.Map `ebpf:"off_cpu"`
+	OffCpuSpans   *ebpf.Map `ebpf:"off_cpu_spans"`
 	ProcEvents    *ebpf.Map `ebpf:"proc_events"`
 	PythonProcs   *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads *ebpf.Map `ebpf:"python_threads"`
@@ -334,6 +357,8 @@ func (m *profileMaps) Close() error {
 		m.Counts,
 		m.KnownProcs,
 		m.LastProc,
+		m.OffCpu,
+		m.OffCpuSpans,
 		m.ProcEvents,
 		m.PythonProcs,
 		m.PythonThreads,
@@ -353,7 +378,10 @@ func (m *profileMaps) Close() error {
 type profileVariables struct {
 	Generation            *ebpf.Variable `ebpf:"generation"`
 	KernelStacks          *ebpf.Variable `ebpf:"kernel_stacks"`
+	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuSample          *ebpf.Variable `ebpf:"off_cpu_sample"`
 	ProcEpoch             *ebpf.Variable `ebpf:"proc_epoch"`
+	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
 	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.Variable `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.Variable `ebpf:"unused_new_proc"`
@@ -371,15 +399,17 @@ type profileVariables struct {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilePrograms struct {
-	OnExec *ebpf.Program `ebpf:"on_exec"`
-	OnFork *ebpf.Program `ebpf:"on_fork"`
-	Sample *ebpf.Program `ebpf:"sample"`
+	OnExec   *ebpf.Program `ebpf:"on_exec"`
+	OnFork   *ebpf.Program `ebpf:"on_fork"`
+	OnSwitch *ebpf.Program `ebpf:"on_switch"`
+	Sample   *ebpf.Program `ebpf:"sample"`
 }
 
 func (p *profilePrograms) Close() error {
 	return _ProfileClose(
 		p.OnExec,
 		p.OnFork,
+		p.OnSwitch,
 		p.Sample,
 	)
 }

@@ -86,6 +86,11 @@ type Options struct {
 	OnStale func(pid, generation uint32)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
+	// OffCPU, if set, also records where threads wait off the CPU
+	// (DrainOffCPU).
+	OffCPU *OffCPU
+	// NoCPU, with OffCPU, takes no CPU samples.
+	NoCPU bool
 }
 
 // Sample is one distinct (process image, thread, stacks) and how often it
@@ -119,7 +124,10 @@ type Stats struct {
 	// PythonNoThread, samples of CPython processes whose thread state was
 	// not found (a thread that never ran Python).
 	PythonStacks, PythonNoThread uint64
-	PerCPU                       [][]uint64 // [cpu][stat]
+	// OffCPUSpans counts off-CPU spans recorded; OffCPUFull, those lost
+	// to a full map.
+	OffCPUSpans, OffCPUFull uint64
+	PerCPU                  [][]uint64 // [cpu][stat]
 }
 
 // Dropped is the number of samples lost entirely.
@@ -132,6 +140,7 @@ type Sampler struct {
 	events  []int // perf event fds, one per CPU
 	links   []link.Link
 	tps     []link.Link
+	offCPU  link.Link // while sampling with Options.OffCPU
 	procs   *ringbuf.Reader
 	stale   *ringbuf.Reader
 	samples *ringbuf.Reader
@@ -168,6 +177,11 @@ func Start(opts Options) (*Sampler, error) {
 		"kernel_stacks": opts.KernelStacks,
 		"use_ringbuf":   opts.Transfer == RingBuffer,
 		"unwind_tables": opts.UnwindRows > 0,
+		"self_tgid":     uint32(os.Getpid()),
+	}
+	if o := opts.OffCPU; o != nil {
+		consts["off_cpu_min_ns"] = uint64(o.Min.Nanoseconds())
+		consts["off_cpu_sample"] = uint32(max(o.SampleEvery, 1))
 	}
 	for name, v := range consts {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -183,6 +197,13 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["stacks"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
+	}
+	if opts.OffCPU != nil {
+		spec.Maps["stacks"].MaxEntries = uint32(opts.MaxStacks)
+		spec.Maps["off_cpu"].MaxEntries = uint32(opts.MaxStacks)
+	} else {
+		spec.Maps["off_cpu"].MaxEntries = 1
+		spec.Maps["off_cpu_spans"].MaxEntries = 1
 	}
 	if opts.UnwindRows > 0 {
 		spec.Maps["unwind_rows"].MaxEntries = uint32(opts.UnwindRows)
@@ -239,13 +260,15 @@ func (s *Sampler) start() error {
 		}
 		s.tps = append(s.tps, l)
 	}
-	cpus, err := onlineCPUs()
-	if err != nil {
-		return err
-	}
-	for _, cpu := range cpus {
-		if err := s.attach(cpu); err != nil {
+	if !s.opts.NoCPU || s.opts.OffCPU == nil {
+		cpus, err := onlineCPUs()
+		if err != nil {
 			return err
+		}
+		for _, cpu := range cpus {
+			if err := s.attach(cpu); err != nil {
+				return err
+			}
 		}
 	}
 	if s.opts.Paused {
@@ -261,7 +284,7 @@ func (s *Sampler) Resume() error {
 			return fmt.Errorf("enable perf event: %w", err)
 		}
 	}
-	return nil
+	return s.attachOffCPU()
 }
 
 // attach opens a cpu-clock event on cpu firing Frequency times a second of
@@ -347,6 +370,10 @@ func (s *Sampler) Stop() {
 	for _, fd := range s.events {
 		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	}
+	if s.offCPU != nil {
+		s.offCPU.Close()
+		s.offCPU = nil
+	}
 }
 
 // Close detaches and releases everything; safe to call twice.
@@ -409,6 +436,8 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.UnwindStale += c[profileSamplerStatSTAT_UNWIND_STALE]
 		st.PythonStacks += c[profileSamplerStatSTAT_PYTHON_STACKS]
 		st.PythonNoThread += c[profileSamplerStatSTAT_PYTHON_NO_THREAD]
+		st.OffCPUSpans += c[profileSamplerStatSTAT_OFF_CPU_SPANS]
+		st.OffCPUFull += c[profileSamplerStatSTAT_OFF_CPU_FULL]
 	}
 	return st, nil
 }
