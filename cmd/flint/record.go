@@ -33,7 +33,13 @@ type RecordConfig struct {
 	Format    profile.Format
 	NoKernel  bool
 	NoPython  bool
-	Transfer  sampler.Transfer
+	// OffCPU records where threads wait (--off-cpu), Wall that and CPU
+	// time in one profile (--wall); OffCPUMin and OffCPUSample bound its
+	// cost.
+	OffCPU, Wall bool
+	OffCPUMin    time.Duration
+	OffCPUSample uint
+	Transfer     sampler.Transfer
 	// UnwindMemory is kernel memory for unwind tables, bytes; 0: none.
 	UnwindMemory int64
 }
@@ -66,6 +72,12 @@ func (c *RecordConfig) Validate() error {
 		return fmt.Errorf("-d %s: duration must be between 1ms and %s", c.Duration, maxDuration)
 	case c.Transfer != sampler.Aggregate && c.Transfer != sampler.RingBuffer:
 		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
+	case c.OffCPU && c.Wall:
+		return errors.New("--off-cpu and --wall exclude each other (--wall has both)")
+	case c.OffCPUMin < 0 || c.OffCPUMin > time.Minute:
+		return fmt.Errorf("--off-cpu-min %s: must be between 0 and 1m", c.OffCPUMin)
+	case c.OffCPUSample < 1 || c.OffCPUSample > 1<<20:
+		return fmt.Errorf("--off-cpu-sample %d: must be between 1 and %d", c.OffCPUSample, 1<<20)
 	}
 	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
 		return err
@@ -127,7 +139,8 @@ func (f formatFlag) Set(s string) error {
 }
 
 func parseRecord(args []string) (*RecordConfig, error) {
-	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer, UnwindMemory: sampler.DefaultUnwindMemory}
+	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer, UnwindMemory: sampler.DefaultUnwindMemory,
+		OffCPUMin: sampler.DefaultOffCPUMin, OffCPUSample: 1}
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	// Errors are reported once, in one line, by main; -h prints the flags.
 	fs.SetOutput(io.Discard)
@@ -150,11 +163,15 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	fs.Var(formatFlag{&c.Format}, "format", "output `format`: svg, html, pprof, folded, json (default: from -o)")
 	fs.BoolVar(&c.NoKernel, "no-kernel", false, "drop kernel frames")
 	fs.BoolVar(&c.NoPython, "no-python", false, "leave CPython's eval loop as native frames, its Python frames unread")
+	fs.BoolVar(&c.OffCPU, "off-cpu", false, "record where threads wait off the CPU (blocked time), not CPU time")
+	fs.BoolVar(&c.Wall, "wall", false, "record CPU time and off-CPU time in one profile")
+	fs.Var(durationFlag{&c.OffCPUMin}, "off-cpu-min", "shortest time off the CPU recorded (`duration`)")
+	fs.UintVar(&c.OffCPUSample, "off-cpu-sample", c.OffCPUSample, "record one span off the CPU in `N`, each counting N times")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: ringbuf, or aggregate (in-kernel maps; for benchmarks)")
 	unwindMemoryFlag(fs, &c.UnwindMemory)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
+			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks (or where threads wait: --off-cpu, --wall) and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
 			fs.SetOutput(os.Stdout)
 			fs.PrintDefaults()
 			return nil, err
@@ -223,6 +240,8 @@ func record(args []string) error {
 		Container:    c.Container,
 		KernelStacks: !c.NoKernel,
 		NoPython:     c.NoPython,
+		Kind:         c.kind(),
+		OffCPU:       &sampler.OffCPU{Min: c.OffCPUMin, SampleEvery: uint32(c.OffCPUSample)},
 		Transfer:     c.Transfer,
 		UnwindMemory: c.UnwindMemory,
 		Loaded: func() error {
@@ -248,8 +267,15 @@ func record(args []string) error {
 		return err
 	}
 	p := res.Profile
-	fmt.Fprintf(os.Stderr, "flint: %d samples of %d processes in %s written to %s (%s)\n",
-		p.Total(), processes(p), p.Duration.Round(time.Millisecond), c.Output, c.Format)
+	what := fmt.Sprintf("%d samples", p.Total())
+	if p.Kind != profile.CPU {
+		what = fmt.Sprintf("%s %s", time.Duration(p.Total()).Round(time.Millisecond), map[profile.Kind]string{profile.OffCPU: "off the CPU", profile.Wall: "on and off the CPU"}[p.Kind])
+	}
+	fmt.Fprintf(os.Stderr, "flint: %s of %d processes in %s written to %s (%s)\n",
+		what, processes(p), p.Duration.Round(time.Millisecond), c.Output, c.Format)
+	for _, comment := range p.Comments {
+		fmt.Fprintln(os.Stderr, "flint: "+comment)
+	}
 	for _, w := range res.Warnings {
 		fmt.Fprintln(os.Stderr, "flint: warning: "+w)
 	}
@@ -265,14 +291,26 @@ func progressLine(p collect.Progress) string {
 	return s
 }
 
+// kind is the profile asked for.
+func (c *RecordConfig) kind() profile.Kind {
+	switch {
+	case c.OffCPU:
+		return profile.OffCPU
+	case c.Wall:
+		return profile.Wall
+	}
+	return profile.CPU
+}
+
 func title(c *RecordConfig) string {
+	what := map[profile.Kind]string{profile.CPU: "CPU", profile.OffCPU: "Blocked time", profile.Wall: "Wall time"}[c.kind()]
 	switch {
 	case c.PID != 0:
-		return fmt.Sprintf("CPU: pid %d", c.PID)
+		return fmt.Sprintf("%s: pid %d", what, c.PID)
 	case c.Container != "":
-		return "CPU: container " + c.Container
+		return what + ": container " + c.Container
 	}
-	return "CPU: all processes"
+	return what + ": all processes"
 }
 
 func processes(p *profile.Profile) int {

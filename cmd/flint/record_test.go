@@ -42,6 +42,15 @@ func TestParseRecord(t *testing.T) {
 		{args: "-a -o - --format json", check: func(c *RecordConfig) bool { return c.Format == profile.FormatJSON }},
 		{args: "-a -o x --format html --no-kernel", check: func(c *RecordConfig) bool { return c.Format == profile.FormatHTML && c.NoKernel }},
 		{args: "-p 1 --no-python", check: func(c *RecordConfig) bool { return c.NoPython }},
+		{args: "-p 1 --off-cpu", check: func(c *RecordConfig) bool {
+			return c.kind() == profile.OffCPU && c.OffCPUMin == time.Millisecond && c.OffCPUSample == 1
+		}},
+		{args: "-a --wall --off-cpu-min 5ms --off-cpu-sample 10", check: func(c *RecordConfig) bool {
+			return c.kind() == profile.Wall && c.OffCPUMin == 5*time.Millisecond && c.OffCPUSample == 10
+		}},
+		{args: "-p 1 --off-cpu --wall", wantErr: "exclude each other"},
+		{args: "-p 1 --off-cpu --off-cpu-sample 0", wantErr: "--off-cpu-sample 0"},
+		{args: "-p 1 --off-cpu --off-cpu-min -1s", wantErr: "--off-cpu-min"},
 		{args: "", wantErr: "say what to record"},
 		{args: "-p 1 -a", wantErr: "exclude each other"},
 		{args: "-p -3", wantErr: "not a PID"},

@@ -34,6 +34,10 @@ type RecordOptions struct {
 	// NoPython leaves CPython processes to native frames, their Python
 	// frames unread.
 	NoPython bool
+	// Kind is the profile to record: CPU time, time off the CPU (OffCPU
+	// says at what cost), or both (Wall).
+	Kind   profile.Kind
+	OffCPU *sampler.OffCPU
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 	// Loaded, if set, runs once the sampler is loaded and attached, before
@@ -82,6 +86,10 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	if o.JVMMaps != nil {
 		c.SetJIT(o.JVMMaps.Request)
 	}
+	var offCPU *sampler.OffCPU
+	if o.Kind != profile.CPU {
+		offCPU = o.OffCPU
+	}
 	s, err := sampler.Start(sampler.Options{
 		Frequency:    o.Frequency,
 		PID:          o.PID,
@@ -92,6 +100,8 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		UnwindRows:   UnwindRows(o.UnwindMemory),
 		OnStale:      c.Refresh,
 		Paused:       true,
+		OffCPU:       offCPU,
+		NoCPU:        o.Kind == profile.OffCPU,
 	})
 	if err != nil {
 		return nil, err
@@ -121,11 +131,17 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		}
 	}
 
-	var samples []sampler.Sample
+	var samples, offSamples []sampler.Sample
 	drain := func() error {
 		batch, err := s.Drain()
 		c.ReadPython(batch)
 		samples = append(samples, batch...)
+		if err != nil {
+			return err
+		}
+		batch, err = s.DrainOffCPU()
+		c.ReadPython(batch)
+		offSamples = append(offSamples, batch...)
 		return err
 	}
 	start := time.Now()
@@ -149,7 +165,7 @@ loop:
 		case <-timer.C:
 			break loop
 		case <-tick.C:
-			if o.Transfer == sampler.RingBuffer {
+			if o.Transfer == sampler.RingBuffer || offCPU != nil {
 				// The ring holds a few seconds: drain it as we go.
 				if err := drain(); err != nil {
 					return nil, err
@@ -176,7 +192,20 @@ loop:
 	if o.Container != "" {
 		keep = func(l map[string]string) bool { return strings.HasPrefix(l[profile.LabelContainerID], o.Container) }
 	}
-	prof := c.Profile(samples, Options{Start: start, Duration: elapsed, Period: time.Second / time.Duration(o.Frequency), Keep: keep, ThreadIDs: true})
+	period := time.Second / time.Duration(o.Frequency)
+	opts := Options{Start: start, Duration: elapsed, Period: period, Keep: keep, ThreadIDs: true}
+	if o.Kind != profile.CPU {
+		samples = timeSamples(samples, period, offSamples)
+		opts.Period = time.Nanosecond
+	}
+	prof := c.Profile(samples, opts)
+	prof.Kind = o.Kind
+	if o.Kind != profile.CPU {
+		trimScheduler(prof)
+	}
+	if offCPU != nil {
+		prof.Comments = append(prof.Comments, offCPUComment(offCPU))
+	}
 	res := &Result{Profile: prof, Stats: st}
 	res.Naming = sym.Stats()
 	res.Warnings = warnings(st, sym, o.KernelStacks)
@@ -184,6 +213,46 @@ loop:
 		res.Warnings = append(res.Warnings, fmt.Sprintf("Python frames unread in %d processes, native frames only: %s", cs.PythonUnsupported, cs.PythonNote))
 	}
 	return res, nil
+}
+
+// timeSamples returns the samples of a time profile: off, in nanoseconds,
+// after cpu, each count converted from samples of period to nanoseconds.
+func timeSamples(cpu []sampler.Sample, period time.Duration, off []sampler.Sample) []sampler.Sample {
+	out := make([]sampler.Sample, 0, len(cpu)+len(off))
+	for _, s := range cpu {
+		s.Count *= uint64(period.Nanoseconds())
+		out = append(out, s)
+	}
+	return append(out, off...)
+}
+
+// trimScheduler drops the frames of the scheduler and of flint's own
+// program, which lead every off-CPU kernel stack: the stack ends where the
+// thread chose to wait (futex_wait, do_nanosleep, do_epoll_wait).
+func trimScheduler(p *profile.Profile) {
+	for _, s := range p.Samples {
+		for len(s.Stack) > 0 && isScheduler(s.Stack[0]) {
+			s.Stack = s.Stack[1:]
+		}
+	}
+}
+
+func isScheduler(l *profile.Location) bool {
+	if l.Mapping == nil || !l.Mapping.Kernel {
+		return false
+	}
+	name := l.Frames[len(l.Frames)-1].Function
+	return name == "__schedule" || name == "schedule" || strings.HasPrefix(name, "bpf_prog_") ||
+		strings.HasPrefix(name, "bpf_trace_run") || strings.HasPrefix(name, "__bpf_trace_") || strings.HasPrefix(name, "__traceiter_")
+}
+
+// offCPUComment says what an off-CPU recording left out.
+func offCPUComment(o *sampler.OffCPU) string {
+	s := fmt.Sprintf("off-CPU: spans shorter than %s not recorded", o.Min)
+	if o.SampleEvery > 1 {
+		s += fmt.Sprintf("; one span in %d recorded, counted %d times", o.SampleEvery, o.SampleEvery)
+	}
+	return s
 }
 
 // stackCapacity sizes the kernel's stack maps for one sample per expected

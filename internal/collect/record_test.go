@@ -19,6 +19,7 @@ import (
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // The fixtures burn CPU 50/30/20 between three functions; see
@@ -513,5 +514,37 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestTimeSamples(t *testing.T) {
+	cpu := []sampler.Sample{{PID: 1, Count: 3}}
+	off := []sampler.Sample{{PID: 2, Count: 5_000_000}}
+	got := timeSamples(cpu, 10*time.Millisecond, off)
+	if len(got) != 2 || got[0].Count != 30_000_000 || got[1].Count != 5_000_000 {
+		t.Errorf("timeSamples = %+v, want the CPU sample as 30ms and the off-CPU one as it was", got)
+	}
+	if cpu[0].Count != 3 {
+		t.Error("timeSamples changed its input")
+	}
+}
+
+func TestTrimScheduler(t *testing.T) {
+	kernel := &profile.Mapping{File: "[kernel.kallsyms]", Kernel: true}
+	loc := func(name string, m *profile.Mapping) *profile.Location {
+		return &profile.Location{Mapping: m, Frames: []symbol.Frame{{Function: name}}}
+	}
+	user := &profile.Mapping{File: "/usr/bin/app"}
+	p := &profile.Profile{Samples: []*profile.Sample{
+		{Stack: []*profile.Location{loc("bpf_prog_65e4d6104dac2392_on_switch", kernel), loc("bpf_trace_run4", kernel),
+			loc("__schedule", kernel), loc("schedule", kernel), loc("do_nanosleep", kernel), loc("main", user)}},
+		{Stack: []*profile.Location{loc("schedule", user), loc("main", user)}}, // a user function so named stays
+	}}
+	trimScheduler(p)
+	if got := p.Samples[0].Stack[0].Frames[0].Function; got != "do_nanosleep" || len(p.Samples[0].Stack) != 2 {
+		t.Errorf("leaf after trimming %q (%d frames), want do_nanosleep (2)", got, len(p.Samples[0].Stack))
+	}
+	if len(p.Samples[1].Stack) != 2 {
+		t.Errorf("trimmed a user frame")
 	}
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // Proto converts p to a pprof profile with sample types samples/count and
-// cpu/nanoseconds, the process and thread as labels, mappings with build
-// IDs, and locations with their inlined lines (innermost first).
+// cpu/nanoseconds (off_cpu/nanoseconds or wall/nanoseconds for those
+// kinds), the process and thread as labels, mappings with build IDs, and
+// locations with their inlined lines (innermost first).
 func (p *Profile) Proto() *profile.Profile {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -19,6 +20,15 @@ func (p *Profile) Proto() *profile.Profile {
 		Period:        p.Period.Nanoseconds(),
 		TimeNanos:     p.Start.UnixNano(),
 		DurationNanos: p.Duration.Nanoseconds(),
+		Comments:      p.Comments,
+	}
+	value := func(s *Sample) []int64 { return []int64{s.Count, s.Count * p.Period.Nanoseconds()} }
+	if p.Kind != CPU {
+		kind := map[Kind]string{OffCPU: "off_cpu", Wall: "wall"}[p.Kind]
+		out.SampleType = []*profile.ValueType{{Type: kind, Unit: "nanoseconds"}}
+		out.PeriodType = &profile.ValueType{Type: kind, Unit: "nanoseconds"}
+		out.Period = 1
+		value = func(s *Sample) []int64 { return []int64{s.Count} }
 	}
 	mappings := map[*Mapping]*profile.Mapping{}
 	locations := map[*Location]*profile.Location{}
@@ -73,7 +83,7 @@ func (p *Profile) Proto() *profile.Profile {
 	}
 	for _, s := range p.Samples {
 		ps := &profile.Sample{
-			Value:    []int64{s.Count, s.Count * p.Period.Nanoseconds()},
+			Value:    value(s),
 			Label:    map[string][]string{},
 			NumLabel: map[string][]int64{},
 		}

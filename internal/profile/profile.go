@@ -34,13 +34,35 @@ const (
 	LabelContainer   = "container"    // container name in its pod
 )
 
+// Kind is what a profile's counts measure.
+type Kind uint8
+
+// Kinds of profile.
+const (
+	CPU    Kind = iota // samples, each Period of CPU time
+	OffCPU             // nanoseconds threads waited off the CPU
+	Wall               // nanoseconds on the CPU and off it
+)
+
+// Unit is how a tree's counts read: "" for samples, "ns" for time.
+func (k Kind) Unit() string {
+	if k == CPU {
+		return ""
+	}
+	return "ns"
+}
+
 // Profile is a set of sampled stacks with labels and counts.
 type Profile struct {
 	Start    time.Time
 	Duration time.Duration
-	// Period is the CPU time one sample stands for (1/frequency).
+	// Kind is what Count measures; for OffCPU and Wall, Period is 1 ns.
+	Kind Kind
+	// Period is the time one count stands for (1/frequency of CPU time).
 	Period  time.Duration
 	Samples []*Sample
+	// Comments say how the profile was taken (pprof's comments).
+	Comments []string
 }
 
 // Sample is one distinct stack seen Count times with the same labels.
@@ -101,6 +123,8 @@ type Node struct {
 	Line   int       `json:"line,omitempty"`
 	Self   int64     `json:"self"`
 	Total  int64     `json:"total"`
+	// Unit, on the root, is how counts read: "" samples, "ns" time.
+	Unit string `json:"unit,omitempty"`
 	// Fill, when set, overrides the colour scheme: a diff flame graph
 	// colours frames by their change.
 	Fill     string  `json:"fill,omitempty"`
@@ -111,7 +135,7 @@ type Node struct {
 // then each stack's frames root to leaf with inlined frames expanded.
 // Children are sorted by name so output is deterministic.
 func (p *Profile) Tree() *Node {
-	root := &Node{Name: "all", Kind: KindRoot}
+	root := &Node{Name: "all", Kind: KindRoot, Unit: p.Kind.Unit()}
 	index := map[*Node]map[string]*Node{}
 	child := func(parent *Node, f treeFrame) *Node {
 		m := index[parent]

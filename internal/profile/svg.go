@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -63,6 +64,7 @@ func WriteSVG(w io.Writer, root *Node, title string) error {
 	height := svgTop + (l.depth+1)*svgFrameHeight + svgBottom
 	l.bottom = float64(height - svgBottom)
 	l.total = root.Total
+	l.unit = root.Unit
 
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, `<?xml version="1.0" encoding="UTF-8" standalone="no"?>
@@ -76,7 +78,7 @@ func WriteSVG(w io.Writer, root *Node, title string) error {
 	fmt.Fprintf(b, "<text id=\"title\" x=\"%d\" y=\"24\">%s</text>\n", svgWidth/2, xmlEscape(title))
 	subtitle := "no samples"
 	if root.Total > 0 {
-		subtitle = plural(root.Total, "sample")
+		subtitle = amount(root.Total, root.Unit)
 		if l.pruned > 0 {
 			subtitle += fmt.Sprintf("; %s narrower than %g px not drawn", plural(int64(l.pruned), "frame"), svgMinWidth)
 		}
@@ -104,6 +106,7 @@ func WriteSVG(w io.Writer, root *Node, title string) error {
 type svgLayout struct {
 	scale         float64 // px per sample
 	total         int64   // root samples, for percentages
+	unit          string  // the root's Unit
 	bottom        float64 // y of the root row's bottom edge
 	depth         int     // deepest drawn level
 	drawn, pruned int
@@ -138,7 +141,7 @@ func (l *svgLayout) write(b *bufio.Writer, n *Node, depth int, start int64) {
 	y := l.bottom - float64((depth+1)*svgFrameHeight)
 	b.WriteString("<g><title>")
 	b.WriteString(xmlEscape(n.Name))
-	fmt.Fprintf(b, " (%s, %.2f%%)", plural(n.Total, "sample"), 100*float64(n.Total)/float64(l.total))
+	fmt.Fprintf(b, " (%s, %.2f%%)", amount(n.Total, l.unit), 100*float64(n.Total)/float64(l.total))
 	if n.File != "" {
 		b.WriteByte('\n')
 		b.WriteString(xmlEscape(n.File))
@@ -190,6 +193,15 @@ func px(v float64) string {
 	s := strconv.FormatFloat(v, 'f', 2, 64)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
+}
+
+// amount formats a count of a tree whose root has unit: samples, or for
+// "ns" a duration ("1.5s").
+func amount(n int64, unit string) string {
+	if unit == "ns" {
+		return time.Duration(n).Round(time.Microsecond).String()
+	}
+	return plural(n, "sample")
 }
 
 // plural formats n with thousands separators and the noun, pluralised.

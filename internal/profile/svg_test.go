@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -317,5 +318,21 @@ func BenchmarkWriteSVG(b *testing.B) {
 		if err := WriteSVG(io.Discard, root, "bench"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestWriteSVGTimeProfile(t *testing.T) {
+	p := flameTestProfile()
+	p.Kind, p.Period = OffCPU, time.Nanosecond
+	for _, s := range p.Samples {
+		s.Count *= int64(time.Millisecond)
+	}
+	var buf bytes.Buffer
+	if err := WriteSVG(&buf, p.Tree(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	doc := parseSVG(t, buf.Bytes())
+	if got, want := doc.Frames.Children[0].Title, "all (105ms, 100.00%)"; got != want {
+		t.Errorf("root title %q, want %q", got, want)
 	}
 }

@@ -103,6 +103,14 @@
   }
 
   function fmt(v) { return v.toLocaleString("en-US"); }
+  // amount formats a count: samples, or time for a tree in nanoseconds
+  // (off-CPU and wall profiles).
+  function amount(v) {
+    if (root.unit !== "ns") return fmt(v) + " samples";
+    if (v >= 1e9) return (v / 1e9).toFixed(3) + " s";
+    if (v >= 1e6) return (v / 1e6).toFixed(3) + " ms";
+    return (v / 1e3).toFixed(1) + " us";
+  }
   function pct(v, of) { return of > 0 ? (100 * v / of).toFixed(2) + "%" : "0%"; }
 
   // Text measurement is the costly part of a redraw, so each name's width is
@@ -232,7 +240,7 @@
         el.addEventListener("click", function () { zoom(n); });
       }
       el.textContent = n.dn;
-      el.title = fmt(n.total) + " samples";
+      el.title = amount(n.total);
       crumbs.appendChild(el);
     });
   }
@@ -308,8 +316,8 @@
     line(n.dn, "name");
     line(KIND_NAMES[n.kind] || n.kind, "dim");
     var rel = zoomed !== root && n.d >= zoomed.d ? ", " + pct(n.total, zoomed.total) + " of zoomed frame" : "";
-    line("Total: " + fmt(n.total) + " samples (" + pct(n.total, root.total) + " of all" + rel + ")");
-    line("Self: " + fmt(n.self) + " samples (" + pct(n.self, root.total) + " of all)");
+    line("Total: " + amount(n.total) + " (" + pct(n.total, root.total) + " of all" + rel + ")");
+    line("Self: " + amount(n.self) + " (" + pct(n.self, root.total) + " of all)");
     if (n.file) line(n.file + (n.line ? ":" + n.line : ""), "dim");
     if (n.module) line(n.module, "dim");
     tooltip.hidden = false;
@@ -397,7 +405,7 @@
   }
 
   document.getElementById("summary").textContent =
-    fmt(root.total || 0) + " samples, " + fmt(nodeCount) + " frames";
+    amount(root.total || 0) + ", " + fmt(nodeCount) + " frames";
   renderLegend();
   renderCrumbs();
   draw();
