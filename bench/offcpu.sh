@@ -5,6 +5,8 @@
 # run:
 #   none       the fixture alone
 #   flint      flint record -p PID --off-cpu (--off-cpu-min 1ms)
+#   flint-fp   the same with --unwind-memory 0: frame pointers only, as
+#              bpftrace walks (stacks through libc, built without them, stop)
 #   flint-all  flint record -a --off-cpu: every process's switches
 #   flint-s10  flint record -p PID --off-cpu --off-cpu-sample 10
 #   bpftrace   bcc offcputime's design (stacks of every departing thread of
@@ -70,6 +72,7 @@ bt='tracepoint:sched:sched_switch {
 for _ in $(seq "$rounds"); do
 	run none '^$'
 	run flint '^on_switch$' "$tmp/flint" record -p PID --off-cpu -d "$long" -o "$tmp/out.pb.gz"
+	run flint-fp '^on_switch$' "$tmp/flint" record -p PID --off-cpu --unwind-memory 0 -d "$long" -o "$tmp/out.pb.gz"
 	run flint-all '^on_switch$' "$tmp/flint" record -a --off-cpu -d "$long" -o "$tmp/out.pb.gz"
 	run flint-s10 '^on_switch$' "$tmp/flint" record -p PID --off-cpu --off-cpu-sample 10 -d "$long" -o "$tmp/out.pb.gz"
 	run bpftrace 'sched_switch' bpftrace -e "$bt"
