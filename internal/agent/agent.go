@@ -145,10 +145,12 @@ type Agent struct {
 	lastExam    time.Time
 	tracer      *doctor.Tracer // loaded at the first examination, kept
 
-	liveMu   sync.Mutex
-	live     []*liveRequest
-	liveNew  chan *liveRequest // to the run loop, which starts them
-	loopDone chan struct{}     // closed when the run loop returns
+	liveMu  sync.Mutex
+	live    []*liveRequest
+	liveNew chan *liveRequest // to the run loop, which starts them
+	// offCPULive counts live off-CPU profiles in progress; run loop only.
+	offCPULive int
+	loopDone   chan struct{} // closed when the run loop returns
 }
 
 // Run runs the agent until ctx ends, then writes the current window and
@@ -230,6 +232,8 @@ func Run(ctx context.Context, o Options) error {
 		OnNewProc:    a.coll.Announced,
 		UnwindRows:   collect.UnwindRows(o.UnwindMemory),
 		OnStale:      a.coll.Refresh,
+		// Loaded, recording only while a /debug/pprof/block asks.
+		OffCPU: &sampler.OffCPU{Min: sampler.DefaultOffCPUMin, MaxStacks: liveOffCPUStacks},
 	})
 	if err != nil {
 		return err
@@ -341,6 +345,14 @@ func (a *Agent) loop(ctx context.Context) {
 			// Samples taken so far belong to earlier requests only.
 			now := time.Now()
 			a.drain(now)
+			if r.kind == profile.OffCPU {
+				if err := a.offCPUStarted(); err != nil {
+					a.offCPUEnded()
+					r.err = err
+					close(r.done)
+					continue
+				}
+			}
 			r.start, r.until = now, now.Add(r.duration)
 			a.liveMu.Lock()
 			a.live = append(a.live, r)
@@ -362,7 +374,9 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			if windowDue || a.sampler.Backlog() >= drainBacklog {
+			// Off-CPU time is drained each tick: its map is sized for
+			// seconds, not a window.
+			if windowDue || a.sampler.Backlog() >= drainBacklog || a.offCPULive > 0 {
 				a.drain(now)
 			}
 			if windowDue {
@@ -373,7 +387,7 @@ func (a *Agent) loop(ctx context.Context) {
 }
 
 // drain moves samples from the kernel into the current window and to live
-// profiles.
+// profiles, and off-CPU time to live off-CPU profiles.
 func (a *Agent) drain(now time.Time) {
 	batch, err := a.sampler.Drain()
 	if err != nil {
@@ -381,7 +395,14 @@ func (a *Agent) drain(now time.Time) {
 	}
 	a.coll.ReadPython(batch)
 	a.window = append(a.window, batch...)
-	a.feedLive(batch, now)
+	var off []sampler.Sample
+	if a.offCPULive > 0 {
+		if off, err = a.sampler.DrainOffCPU(); err != nil {
+			a.o.Logf("drain off-CPU time: %v", err)
+		}
+		a.coll.ReadPython(off)
+	}
+	a.feedLive(batch, off, now)
 }
 
 // flush names the current window and writes it, with the findings of its
@@ -486,20 +507,30 @@ func (a *Agent) ownLabels() map[string]string {
 	return l
 }
 
-// liveRequest is a /debug/pprof/profile in progress.
+// liveOffCPUStacks bounds the distinct stacks off-CPU time takes between
+// two drains (a second apart while a /debug/pprof/block runs): 4 MiB of
+// kernel memory.
+const liveOffCPUStacks = 4096
+
+// liveRequest is a /debug/pprof/profile or /debug/pprof/block in progress.
 type liveRequest struct {
+	kind     profile.Kind // CPU or OffCPU
 	keep     selector.Selector
 	duration time.Duration
 	start    time.Time // set by the run loop
 	until    time.Time
 	samples  []sampler.Sample
-	done     chan *profile.Profile
+	done     chan *profile.Profile // closed without one: err, or the agent stops
+	err      error
 }
 
-// Profile samples for d and returns the profile of the processes sel
-// matches; it implements server.LiveProfiler.
-func (a *Agent) Profile(ctx context.Context, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
-	r := &liveRequest{keep: sel, duration: d, done: make(chan *profile.Profile, 1)}
+// Profile records for d and returns the profile of kind of the processes
+// sel matches; it implements server.LiveProfiler.
+func (a *Agent) Profile(ctx context.Context, kind profile.Kind, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
+	if kind != profile.CPU && kind != profile.OffCPU {
+		return nil, fmt.Errorf("live profiles are CPU or off-CPU, not kind %d", kind)
+	}
+	r := &liveRequest{kind: kind, keep: sel, duration: d, done: make(chan *profile.Profile, 1)}
 	select {
 	case a.liveNew <- r:
 	case <-a.loopDone:
@@ -509,6 +540,9 @@ func (a *Agent) Profile(ctx context.Context, d time.Duration, sel selector.Selec
 	}
 	select {
 	case p := <-r.done:
+		if r.err != nil {
+			return nil, r.err
+		}
 		if p == nil {
 			return nil, errors.New("agent is stopping")
 		}
@@ -543,12 +577,16 @@ func (a *Agent) armLiveEnds(t *time.Timer, now time.Time) {
 	t.Reset(first.Sub(now))
 }
 
-func (a *Agent) feedLive(batch []sampler.Sample, now time.Time) {
+func (a *Agent) feedLive(batch, off []sampler.Sample, now time.Time) {
 	a.liveMu.Lock()
 	var finished []*liveRequest
 	kept := a.live[:0]
 	for _, r := range a.live {
-		r.samples = append(r.samples, batch...)
+		if r.kind == profile.OffCPU {
+			r.samples = append(r.samples, off...)
+		} else {
+			r.samples = append(r.samples, batch...)
+		}
 		if now.Before(r.until) {
 			kept = append(kept, r)
 		} else {
@@ -558,9 +596,38 @@ func (a *Agent) feedLive(batch []sampler.Sample, now time.Time) {
 	a.live = kept
 	a.liveMu.Unlock()
 	for _, r := range finished {
-		r.done <- a.coll.Profile(r.samples, collect.Options{
-			Start: r.start, Duration: now.Sub(r.start), Period: a.period(), Round: a.round, Keep: r.keep.Matches, ThreadIDs: true,
-		})
+		o := collect.Options{Start: r.start, Duration: now.Sub(r.start), Period: a.period(), Round: a.round, Keep: r.keep.Matches, ThreadIDs: true}
+		if r.kind == profile.OffCPU {
+			a.offCPUEnded()
+			o.Period = time.Nanosecond
+		}
+		p := a.coll.Profile(r.samples, o)
+		if r.kind == profile.OffCPU {
+			collect.TimeProfile(p, profile.OffCPU)
+		}
+		r.done <- p
+	}
+}
+
+// offCPUStarted and offCPUEnded count the live off-CPU profiles in
+// progress: the sampler records off-CPU time while there are any. Called
+// by the run loop only.
+func (a *Agent) offCPUStarted() error {
+	a.offCPULive++
+	if a.offCPULive == 1 {
+		return a.sampler.SetOffCPU(true)
+	}
+	return nil
+}
+
+func (a *Agent) offCPUEnded() {
+	a.offCPULive--
+	if a.offCPULive == 0 {
+		a.sampler.SetOffCPU(false)
+		// What the last drain left behind belongs to no one.
+		if _, err := a.sampler.DrainOffCPU(); err != nil {
+			a.o.Logf("drain off-CPU time: %v", err)
+		}
 	}
 }
 

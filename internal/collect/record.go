@@ -107,6 +107,11 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		return nil, err
 	}
 	defer s.Close()
+	if offCPU != nil {
+		if err := s.SetOffCPU(true); err != nil {
+			return nil, err
+		}
+	}
 	if !o.NoPython {
 		c.SetPython(s)
 		if target != nil {
@@ -199,9 +204,8 @@ loop:
 		opts.Period = time.Nanosecond
 	}
 	prof := c.Profile(samples, opts)
-	prof.Kind = o.Kind
 	if o.Kind != profile.CPU {
-		trimScheduler(prof)
+		TimeProfile(prof, o.Kind)
 	}
 	if offCPU != nil {
 		prof.Comments = append(prof.Comments, offCPUComment(offCPU))
@@ -224,6 +228,13 @@ func timeSamples(cpu []sampler.Sample, period time.Duration, off []sampler.Sampl
 		out = append(out, s)
 	}
 	return append(out, off...)
+}
+
+// TimeProfile makes p, named from off-CPU samples (and CPU samples
+// converted to nanoseconds) with a period of 1 ns, a profile of kind.
+func TimeProfile(p *profile.Profile, kind profile.Kind) {
+	p.Kind = kind
+	trimScheduler(p)
 }
 
 // trimScheduler drops the frames of the scheduler and of flint's own

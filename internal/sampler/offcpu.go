@@ -22,12 +22,40 @@ type OffCPU struct {
 	// SampleEvery records one span in SampleEvery (0 or 1: all), each
 	// counting for SampleEvery times its length.
 	SampleEvery uint32
+	// MaxStacks bounds the distinct stacks held in the kernel while
+	// recording; 0: Options.MaxStacks.
+	MaxStacks int
 }
 
-// attachOffCPU attaches the off-CPU program when Options.OffCPU asks for
-// it and it is not attached.
+// SetOffCPU starts (on) or stops recording off-CPU time, with the
+// Options.OffCPU the sampler was started with; it records while sampling
+// (after Resume, before Stop).
+func (s *Sampler) SetOffCPU(on bool) error {
+	if on && s.opts.OffCPU == nil {
+		return fmt.Errorf("off-CPU: the sampler was started without Options.OffCPU")
+	}
+	s.offCPUOn = on
+	if !on {
+		s.detachOffCPU()
+		return nil
+	}
+	if s.running {
+		return s.attachOffCPU()
+	}
+	return nil
+}
+
+func (s *Sampler) detachOffCPU() {
+	if s.offCPU != nil {
+		s.offCPU.Close()
+		s.offCPU = nil
+	}
+}
+
+// attachOffCPU attaches the off-CPU program when SetOffCPU asked for it and
+// it is not attached.
 func (s *Sampler) attachOffCPU() error {
-	if s.opts.OffCPU == nil || s.offCPU != nil {
+	if !s.offCPUOn || s.offCPU != nil {
 		return nil
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnSwitch})

@@ -86,8 +86,8 @@ type Options struct {
 	OnStale func(pid, generation uint32)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
-	// OffCPU, if set, also records where threads wait off the CPU
-	// (DrainOffCPU).
+	// OffCPU, if set, loads what records where threads wait off the CPU
+	// (SetOffCPU, DrainOffCPU).
 	OffCPU *OffCPU
 	// NoCPU, with OffCPU, takes no CPU samples.
 	NoCPU bool
@@ -135,16 +135,18 @@ func (s Stats) Dropped() uint64 { return s.CountsFull + s.RingBufFull }
 
 // Sampler samples stacks on every CPU.
 type Sampler struct {
-	opts    Options
-	objs    profileObjects
-	events  []int // perf event fds, one per CPU
-	links   []link.Link
-	tps     []link.Link
-	offCPU  link.Link // while sampling with Options.OffCPU
-	procs   *ringbuf.Reader
-	stale   *ringbuf.Reader
-	samples *ringbuf.Reader
-	wg      sync.WaitGroup
+	opts     Options
+	objs     profileObjects
+	events   []int // perf event fds, one per CPU
+	links    []link.Link
+	tps      []link.Link
+	offCPU   link.Link // while recording off-CPU time
+	offCPUOn bool      // SetOffCPU(true)
+	running  bool      // between Resume and Stop
+	procs    *ringbuf.Reader
+	stale    *ringbuf.Reader
+	samples  *ringbuf.Reader
+	wg       sync.WaitGroup
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
 	// stack crosses once; Trim bounds it.
@@ -198,9 +200,13 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["counts"].MaxEntries = uint32(opts.MaxStacks)
 		spec.Maps["samples"].MaxEntries = uint32(os.Getpagesize())
 	}
-	if opts.OffCPU != nil {
-		spec.Maps["stacks"].MaxEntries = uint32(opts.MaxStacks)
-		spec.Maps["off_cpu"].MaxEntries = uint32(opts.MaxStacks)
+	if o := opts.OffCPU; o != nil {
+		n := uint32(opts.MaxStacks)
+		if o.MaxStacks > 0 {
+			n = uint32(o.MaxStacks)
+		}
+		spec.Maps["stacks"].MaxEntries = max(spec.Maps["stacks"].MaxEntries, n)
+		spec.Maps["off_cpu"].MaxEntries = n
 	} else {
 		spec.Maps["off_cpu"].MaxEntries = 1
 		spec.Maps["off_cpu_spans"].MaxEntries = 1
@@ -284,6 +290,7 @@ func (s *Sampler) Resume() error {
 			return fmt.Errorf("enable perf event: %w", err)
 		}
 	}
+	s.running = true
 	return s.attachOffCPU()
 }
 
@@ -370,10 +377,8 @@ func (s *Sampler) Stop() {
 	for _, fd := range s.events {
 		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	}
-	if s.offCPU != nil {
-		s.offCPU.Close()
-		s.offCPU = nil
-	}
+	s.running = false
+	s.detachOffCPU()
 }
 
 // Close detaches and releases everything; safe to call twice.

@@ -240,15 +240,16 @@ func newFakeStore() *fakeStore {
 
 // fakeLive returns a profile of one sample per call, recording its arguments.
 type fakeLive struct {
-	mu  sync.Mutex
-	d   time.Duration
-	sel selector.Selector
-	err error
+	mu   sync.Mutex
+	kind profile.Kind
+	d    time.Duration
+	sel  selector.Selector
+	err  error
 }
 
-func (l *fakeLive) Profile(ctx context.Context, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
+func (l *fakeLive) Profile(ctx context.Context, kind profile.Kind, d time.Duration, sel selector.Selector) (*profile.Profile, error) {
 	l.mu.Lock()
-	l.d, l.sel = d, sel
+	l.kind, l.d, l.sel = kind, d, sel
 	err := l.err
 	l.mu.Unlock()
 	if err != nil {

@@ -17,11 +17,17 @@ import (
 //
 //	go tool pprof 'http://127.0.0.1:7070/debug/pprof/profile?seconds=10&pid=4242'
 //
-// works as against a Go program's own endpoint. pid is short for
-// selector={pid="PID"}; without either every process is profiled. At most
-// four live profiles run at once; more get 429. Without a LiveProfiler
-// (flint server) it answers 501 and names the agent's URL to ask instead.
-func (s *server) handleLive(w http.ResponseWriter, r *http.Request) {
+// works as against a Go program's own endpoint; and GET /debug/pprof/block
+// likewise, the time threads spent off the CPU (off_cpu/nanoseconds). pid
+// is short for selector={pid="PID"}; without either every process is
+// profiled. At most four live profiles run at once; more get 429. Without
+// a LiveProfiler (flint server) it answers 501 and names the agent's URL
+// to ask instead.
+func (s *server) handleLive(kind profile.Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { s.serveLive(kind, w, r) }
+}
+
+func (s *server) serveLive(kind profile.Kind, w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if s.o.Live == nil {
 		u := "http://NODE:7070" + r.URL.Path
@@ -55,7 +61,7 @@ func (s *server) handleLive(w http.ResponseWriter, r *http.Request) {
 	}
 	extendWriteDeadline(w, r, req.duration)
 
-	p, err := s.o.Live.Profile(r.Context(), req.duration, req.selector)
+	p, err := s.o.Live.Profile(r.Context(), kind, req.duration, req.selector)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away

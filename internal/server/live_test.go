@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
 )
 
 func TestLive(t *testing.T) {
@@ -22,6 +24,8 @@ func TestLive(t *testing.T) {
 		{target: "/debug/pprof/profile", wantD: 30 * time.Second, wantSel: "{}"},
 		{target: "/debug/pprof/profile?seconds=10&pid=4242", wantD: 10 * time.Second, wantSel: `{pid="4242"}`},
 		{target: `/debug/pprof/profile?seconds=300&selector={comm=~"api|web"}`, wantD: 300 * time.Second, wantSel: `{comm=~"api|web"}`},
+		{target: "/debug/pprof/block?seconds=5&pid=4242", wantD: 5 * time.Second, wantSel: `{pid="4242"}`},
+		{target: "/debug/pprof/block?seconds=301", status: 400, errMsg: "seconds: want whole seconds"},
 		{target: "/debug/pprof/profile?seconds=301", status: 400, errMsg: `seconds: want whole seconds from 1 to 300, not "301"`},
 		{target: "/debug/pprof/profile?seconds=0", status: 400, errMsg: "seconds: want whole seconds"},
 		{target: "/debug/pprof/profile?seconds=1.5", status: 400, errMsg: "seconds: want whole seconds"},
@@ -56,6 +60,9 @@ func TestLive(t *testing.T) {
 			}
 			if live.d != tc.wantD || live.sel.String() != tc.wantSel {
 				t.Errorf("sampled %s of %s, want %s of %s", live.d, live.sel, tc.wantD, tc.wantSel)
+			}
+			if want := map[bool]profile.Kind{false: profile.CPU, true: profile.OffCPU}[strings.Contains(tc.target, "/block")]; live.kind != want {
+				t.Errorf("asked for kind %d, want %d", live.kind, want)
 			}
 		})
 	}

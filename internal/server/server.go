@@ -73,10 +73,10 @@ const (
 
 // LiveProfiler takes profiles on demand.
 type LiveProfiler interface {
-	// Profile samples for d from now and returns the profile of the
-	// processes sel matches (all for an empty selector). It returns early
-	// with ctx's error when ctx is done.
-	Profile(ctx context.Context, d time.Duration, sel selector.Selector) (*profile.Profile, error)
+	// Profile records for d from now and returns the profile of kind
+	// (CPU or OffCPU) of the processes sel matches (all for an empty
+	// selector). It returns early with ctx's error when ctx is done.
+	Profile(ctx context.Context, kind profile.Kind, d time.Duration, sel selector.Selector) (*profile.Profile, error)
 }
 
 type server struct {
@@ -130,7 +130,8 @@ func newServer(o Options, now func() time.Time) *server {
 	if o.Receive != nil {
 		mux.Handle("POST "+otlp.HTTPPath, o.Receive)
 	}
-	mux.HandleFunc("GET /debug/pprof/profile", s.handleLive)
+	mux.HandleFunc("GET /debug/pprof/profile", s.handleLive(profile.CPU))
+	mux.HandleFunc("GET /debug/pprof/block", s.handleLive(profile.OffCPU))
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
 	mux.HandleFunc("GET /healthz", handleHealth)
 	mux.Handle("/", webui.Handler()) // the web UI; 404 for other paths
