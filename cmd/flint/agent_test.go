@@ -301,6 +301,13 @@ func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkSplit(t, p, funcs, want)
+}
+
+// checkSplit checks that funcs take the want shares of p's samples,
+// within 3 points.
+func checkSplit(t *testing.T, p *pprofile.Profile, funcs []string, want []float64) {
+	t.Helper()
 	// Callers check the count against the fixture's CPU time.
 	total := totalSamples(p)
 	if total == 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -206,20 +205,8 @@ func checkBlocked(t *testing.T, fx blockedFixture, p *pprofile.Profile, spent sp
 // and returns the pprof profile.
 func recordTime(t *testing.T, flint string, pid int, flag string) *pprofile.Profile {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "time.pb.gz")
-	log, err := exec.Command(flint, "record", "-p", strconv.Itoa(pid), flag, "-d", "3s", "-o", out).CombinedOutput()
-	if err != nil {
-		t.Fatalf("record %s: %v\n%s", flag, err, log)
-	}
+	p, log := recordPprof(t, flint, "-p", strconv.Itoa(pid), flag, "-d", "3s")
 	t.Logf("record %s said: %s", flag, log)
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pprofile.ParseData(data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return p
 }
 

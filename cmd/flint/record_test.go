@@ -127,6 +127,26 @@ func startSpin(t *testing.T, spin string) int {
 	return startFixture(t, spin, "3600")
 }
 
+// recordPprof runs flint record with args, writing pprof, and returns the
+// profile and what record said.
+func recordPprof(t *testing.T, flint string, args ...string) (*pprofile.Profile, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "profile.pb.gz")
+	log, err := exec.Command(flint, append(append([]string{"record"}, args...), "-o", out)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("record %s: %v\n%s", strings.Join(args, " "), err, log)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pprofile.ParseData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, string(log)
+}
+
 // startFixture starts a fixture, killed when the test ends, and returns
 // its PID once it says "ready".
 func startFixture(t *testing.T, path string, args ...string) int {
