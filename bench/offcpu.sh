@@ -7,6 +7,7 @@
 #   flint      flint record -p PID --off-cpu (--off-cpu-min 1ms)
 #   flint-fp   the same with --unwind-memory 0: frame pointers only, as
 #              bpftrace walks (stacks through libc, built without them, stop)
+#   flint-min0 the same with --off-cpu-min 0: every wait aggregated
 #   flint-all  flint record -a --off-cpu: every process's switches
 #   flint-s10  flint record -p PID --off-cpu --off-cpu-sample 10
 #   bpftrace   bcc offcputime's design (stacks of every departing thread of
@@ -73,6 +74,7 @@ for _ in $(seq "$rounds"); do
 	run none '^$'
 	run flint '^on_switch$' "$tmp/flint" record -p PID --off-cpu -d "$long" -o "$tmp/out.pb.gz"
 	run flint-fp '^on_switch$' "$tmp/flint" record -p PID --off-cpu --unwind-memory 0 -d "$long" -o "$tmp/out.pb.gz"
+	run flint-min0 '^on_switch$' "$tmp/flint" record -p PID --off-cpu --off-cpu-min 0 -d "$long" -o "$tmp/out.pb.gz"
 	run flint-all '^on_switch$' "$tmp/flint" record -a --off-cpu -d "$long" -o "$tmp/out.pb.gz"
 	run flint-s10 '^on_switch$' "$tmp/flint" record -p PID --off-cpu --off-cpu-sample 10 -d "$long" -o "$tmp/out.pb.gz"
 	run bpftrace 'sched_switch' bpftrace -e "$bt"
