@@ -550,10 +550,17 @@ func (a *Agent) Profile(ctx context.Context, kind profile.Kind, d time.Duration,
 	case <-ctx.Done():
 		a.liveMu.Lock()
 		for i, x := range a.live {
-			if x == r {
+			switch {
+			case x != r:
+				continue
+			case r.kind == profile.OffCPU:
+				// Ended by the run loop, which drains each second while
+				// off-CPU time is recorded: it counts them.
+				r.until = time.Now()
+			default:
 				a.live = append(a.live[:i], a.live[i+1:]...)
-				break
 			}
+			break
 		}
 		a.liveMu.Unlock()
 		return nil, ctx.Err()
