@@ -487,11 +487,15 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 	return w.n;
 }
 
-static __always_inline __u64 store_stack(struct stack_trace *s, __u64 hash)
+// store_stack puts s, whose hash is hash, in map (`stacks`, or
+// `off_cpu_stacks`) unless it is there, and returns hash. A lookup first:
+// most stacks are there already, and an update that finds its key still
+// takes a free entry of an LRU map, evicting another when there is none.
+static __always_inline __u64 store_stack(void *map, struct stack_trace *s, __u64 hash)
 {
-	if (!hash)
-		return 0;
-	long err = bpf_map_update_elem(&stacks, &hash, s, BPF_NOEXIST);
+	if (!hash || bpf_map_lookup_elem(map, &hash))
+		return hash;
+	long err = bpf_map_update_elem(map, &hash, s, BPF_NOEXIST);
 	if (err && err != -EEXIST)
 		count(STAT_STACKS_FULL);
 	return hash;
@@ -663,9 +667,10 @@ static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_st
 }
 
 // stack_key fills key with the current task's process, thread and stacks,
-// stored in `stacks`; in_user as walk_user's.
+// stored in stack_map; in_user as walk_user's.
 static __always_inline void stack_key(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
-				      __u32 tid, __u32 gen, struct scratch *sc, struct sample_key *key)
+				      __u32 tid, __u32 gen, struct scratch *sc, void *stack_map,
+				      struct sample_key *key)
 {
 	__builtin_memset(key, 0, sizeof(*key));
 	key->pid = tgid;
@@ -674,10 +679,10 @@ static __always_inline void stack_key(void *ctx, bool in_user, struct task_struc
 	copy_comm(key->comm, task->group_leader->comm);
 	copy_comm(key->thread, task->comm);
 	sc->user.len = user_frames(ctx, in_user, task, tgid, tid, gen, sc->user.ips, &sc->python);
-	key->user_stack = store_stack(&sc->user, hash_stack(&sc->user));
+	key->user_stack = store_stack(stack_map, &sc->user, hash_stack(&sc->user));
 	if (kernel_stacks && !in_user) {
 		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);
-		key->kernel_stack = store_stack(&sc->kernel, hash_stack(&sc->kernel));
+		key->kernel_stack = store_stack(stack_map, &sc->kernel, hash_stack(&sc->kernel));
 	}
 }
 
@@ -737,7 +742,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	}
 
 	struct sample_key key;
-	stack_key(ctx, user_mode(ctx), task, tgid, tid, gen, sc, &key);
+	stack_key(ctx, user_mode(ctx), task, tgid, tid, gen, sc, &stacks, &key);
 	aggregate(&key);
 	return 0;
 }
@@ -747,6 +752,10 @@ int sample(struct bpf_perf_event_data *ctx)
 // current task) and kept with the time; when it is switched back in, the
 // time since goes to those stacks if it is off_cpu_min_ns or more. One
 // departure in off_cpu_sample is recorded, and counts for that many.
+//
+// The stacks of a departure wait in `off_cpu_stacks`, an LRU map, and move
+// to `stacks` only when the wait counts: most waits are short, and their
+// stacks, which no sample names, would fill `stacks` for good.
 const volatile __u32 self_tgid = 0;	      // flint: never recorded
 const volatile __u64 off_cpu_min_ns = 1000000; // --off-cpu-min
 const volatile __u32 off_cpu_sample = 1;      // --off-cpu-sample N
@@ -759,6 +768,27 @@ struct {
 	__type(key, __u32);
 	__type(value, struct off_cpu_span);
 } off_cpu_spans SEC(".maps");
+
+// Stacks of threads off the CPU, by hash; sized by the loader.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct stack_trace);
+} off_cpu_stacks SEC(".maps");
+
+// keep_stack moves a stack of a wait that counts from `off_cpu_stacks` to
+// `stacks`; one evicted meanwhile is lost (the sample says so).
+static __always_inline void keep_stack(__u64 hash)
+{
+	if (!hash)
+		return;
+	struct stack_trace *s = bpf_map_lookup_elem(&off_cpu_stacks, &hash);
+	if (s)
+		store_stack(&stacks, s, hash);
+	else
+		count(STAT_STACKS_FULL);
+}
 
 // Nanoseconds off the CPU per (process, thread, stacks); sized by the loader.
 struct {
@@ -782,6 +812,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		bpf_map_delete_elem(&off_cpu_spans, &next_tid);
 		if (off >= off_cpu_min_ns) {
 			count(STAT_OFF_CPU_SPANS);
+			keep_stack(key.user_stack);
+			keep_stack(key.kernel_stack);
 			__u64 zero = 0, *total = lookup_or_init(&off_cpu, &key, &zero);
 			if (total)
 				__sync_fetch_and_add(total, off * (off_cpu_sample > 1 ? off_cpu_sample : 1));
@@ -801,7 +833,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc, &out->key);
+	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc, &off_cpu_stacks,
+		  &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;
 }

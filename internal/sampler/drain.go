@@ -71,10 +71,12 @@ func (s *Sampler) Trim() error {
 			delete(s.stacks, h)
 		case !st.dropped && st.used+2 <= s.round:
 			st.dropped = true
-			drop = append(drop, h)
+			if st.inKernel {
+				drop = append(drop, h)
+			}
 		}
 	}
-	if (s.opts.Transfer == RingBuffer && s.opts.OffCPU == nil) || len(drop) == 0 { // the kernel's map unused
+	if len(drop) == 0 {
 		return nil
 	}
 	if _, err := s.objs.Stacks.BatchDelete(drop, nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -104,6 +106,7 @@ func (s *Sampler) stack(hash uint64) (ips []uint64, lost bool) {
 	}
 	if c, ok := s.stacks[hash]; ok {
 		c.use(s.round)
+		c.inKernel = true
 		return c.ips, false
 	}
 	var st profileStackTrace
@@ -111,7 +114,7 @@ func (s *Sampler) stack(hash uint64) (ips []uint64, lost bool) {
 		return nil, true
 	}
 	ips = append([]uint64(nil), st.Ips[:min(int(st.Len), MaxStackDepth)]...)
-	s.stacks[hash] = &cachedStack{ips: ips, used: s.round}
+	s.stacks[hash] = &cachedStack{ips: ips, used: s.round, inKernel: true}
 	return ips, false
 }
 
@@ -122,6 +125,9 @@ type cachedStack struct {
 	// dropped is set once Trim deleted it from the kernel map; a sample
 	// using it again means the program stored it anew.
 	dropped bool
+	// inKernel: a sample drained from the kernel's maps named it, so the
+	// kernel's stacks map holds it (ring buffer samples carry theirs).
+	inKernel bool
 }
 
 func (c *cachedStack) use(round uint64) {

@@ -190,6 +190,7 @@ const (
 	profileMapLastProc              = "last_proc"
 	profileMapOffCpu                = "off_cpu"
 	profileMapOffCpuSpans           = "off_cpu_spans"
+	profileMapOffCpuStacks          = "off_cpu_stacks"
 	profileMapProcEvents            = "proc_events"
 	profileMapPythonProcs           = "python_procs"
 	profileMapPythonThreads         = "python_threads"
@@ -280,6 +281,7 @@ type profileMapSpecs struct {
 	LastProc      *ebpf.MapSpec `ebpf:"last_proc"`
 	OffCpu        *ebpf.MapSpec `ebpf:"off_cpu"`
 	OffCpuSpans   *ebpf.MapSpec `ebpf:"off_cpu_spans"`
+	OffCpuStacks  *ebpf.MapSpec `ebpf:"off_cpu_stacks"`
 	ProcEvents    *ebpf.MapSpec `ebpf:"proc_events"`
 	PythonProcs   *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads *ebpf.MapSpec `ebpf:"python_threads"`
@@ -340,6 +342,7 @@ type profileMaps struct {
 	LastProc      *ebpf.Map `ebpf:"last_proc"`
 	OffCpu        *ebpf.Map `ebpf:"off_cpu"`
 	OffCpuSpans   *ebpf.Map `ebpf:"off_cpu_spans"`
+	OffCpuStacks  *ebpf.Map `ebpf:"off_cpu_stacks"`
 	ProcEvents    *ebpf.Map `ebpf:"proc_events"`
 	PythonProcs   *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads *ebpf.Map `ebpf:"python_threads"`
@@ -359,6 +362,7 @@ func (m *profileMaps) Close() error {
 		m.LastProc,
 		m.OffCpu,
 		m.OffCpuSpans,
+		m.OffCpuStacks,
 		m.ProcEvents,
 		m.PythonProcs,
 		m.PythonThreads,

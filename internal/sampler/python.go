@@ -1,10 +1,7 @@
 package sampler
 
 import (
-	"errors"
 	"fmt"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/flint-dev/flint/internal/python"
 )
@@ -31,9 +28,5 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 // DeletePython stops reading process pid's Python frames. A process
 // without them is no error.
 func (s *Sampler) DeletePython(pid uint32) error {
-	err := s.objs.PythonProcs.Delete(pid)
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete python interpreter of process %d: %w", pid, err)
-	}
-	return nil
+	return deleteProcess(s.objs.PythonProcs, pid, "python interpreter")
 }

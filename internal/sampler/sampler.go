@@ -206,9 +206,11 @@ func Start(opts Options) (*Sampler, error) {
 			n = uint32(o.MaxStacks)
 		}
 		spec.Maps["stacks"].MaxEntries = max(spec.Maps["stacks"].MaxEntries, n)
+		spec.Maps["off_cpu_stacks"].MaxEntries = n
 		spec.Maps["off_cpu"].MaxEntries = n
 	} else {
 		spec.Maps["off_cpu"].MaxEntries = 1
+		spec.Maps["off_cpu_stacks"].MaxEntries = 1
 		spec.Maps["off_cpu_spans"].MaxEntries = 1
 	}
 	if opts.UnwindRows > 0 {

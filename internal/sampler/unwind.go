@@ -74,9 +74,15 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 // DeleteUnwind forgets process pid's unwind mappings; its stacks go back
 // to frame pointers. A process without them is no error.
 func (s *Sampler) DeleteUnwind(pid uint32) error {
-	err := s.objs.UnwindProcs.Delete(pid)
+	return deleteProcess(s.objs.UnwindProcs, pid, "unwind mappings")
+}
+
+// deleteProcess deletes process pid's entry of m, what it holds; one that
+// is not there is no error.
+func deleteProcess(m *ebpf.Map, pid uint32, what string) error {
+	err := m.Delete(pid)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete unwind mappings of process %d: %w", pid, err)
+		return fmt.Errorf("delete %s of process %d: %w", what, pid, err)
 	}
 	return nil
 }
