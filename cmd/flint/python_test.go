@@ -281,3 +281,32 @@ func TestRecordPythonBadTargets(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentPythonExited runs the Python fixture for a few seconds inside
+// one of the agent's windows: its samples keep their Python names though
+// the process is gone when the window is named.
+func TestAgentPythonExited(t *testing.T) {
+	requireRoot(t)
+	flint, _ := build(t)
+	a := startAgent(t, flint, t.TempDir(), "--window", "10s", "--frequency", "199")
+	from := time.Now()
+	pid := fixture.Python(t, debianPython, fixture.PythonOptions{})
+	time.Sleep(3 * time.Second)
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitFor(t, a, time.Minute, "the window after the fixture's end", func() bool {
+		return a.metric(t, "flint_windows_written_total") >= 2
+	})
+	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"},
+		"selector": {fmt.Sprintf(`{pid="%d"}`, pid)}}
+	p, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := totalSamples(p)
+	named := funcSamples(p, "busy.hot_a") + funcSamples(p, "busy.hot_b") + funcSamples(p, "busy.hot_c")
+	t.Logf("%d of %d samples named", named, total)
+	if total < 200 || named < total*95/100 {
+		t.Errorf("%d of %d samples in the fixture's functions, want 95%% of at least 200", named, total)
+	}
+	stopAgent(t, a)
+}

@@ -115,7 +115,9 @@ func DefaultOptions() Options {
 // kernel only when a window ends, when the ring buffer is drainBacklog
 // full, and when a live profile starts or ends: the ring holds seconds of
 // samples, and draining every second cost the agent 22-27% more CPU
-// (docs/BENCHMARKS.md).
+// (docs/BENCHMARKS.md). It drains every second while it reads the Python
+// frames of some process, whose code objects must be read while it lives,
+// and while an off-CPU profile runs, whose map holds seconds.
 const (
 	checkInterval = time.Second
 	drainBacklog  = 0.5
@@ -374,9 +376,7 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			// Off-CPU time is drained each tick: its map is sized for
-			// seconds, not a window.
-			if windowDue || a.sampler.Backlog() >= drainBacklog || a.offCPULive > 0 {
+			if windowDue || a.sampler.Backlog() >= drainBacklog || a.offCPULive > 0 || a.coll.ReadsPython() {
 				a.drain(now)
 			}
 			if windowDue {
