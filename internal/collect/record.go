@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -88,7 +89,7 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 	}
 	var offCPU *sampler.OffCPU
 	if o.Kind != profile.CPU {
-		offCPU = o.OffCPU
+		offCPU = cmp.Or(o.OffCPU, &sampler.OffCPU{Min: sampler.DefaultOffCPUMin})
 	}
 	s, err := sampler.Start(sampler.Options{
 		Frequency:    o.Frequency,
@@ -199,15 +200,13 @@ loop:
 	}
 	period := time.Second / time.Duration(o.Frequency)
 	opts := Options{Start: start, Duration: elapsed, Period: period, Keep: keep, ThreadIDs: true}
-	if o.Kind != profile.CPU {
-		samples = timeSamples(samples, period, offSamples)
+	var prof *profile.Profile
+	if offCPU == nil {
+		prof = c.Profile(samples, opts)
+	} else {
 		opts.Period = time.Nanosecond
-	}
-	prof := c.Profile(samples, opts)
-	if o.Kind != profile.CPU {
+		prof = c.Profile(timeSamples(samples, period, offSamples), opts)
 		TimeProfile(prof, o.Kind)
-	}
-	if offCPU != nil {
 		prof.Comments = append(prof.Comments, offCPUComment(offCPU))
 	}
 	res := &Result{Profile: prof, Stats: st}
