@@ -219,7 +219,7 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["unwind_procs"].MaxEntries = 1
 	}
 	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := s.load(spec); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
 	if err := s.start(); err != nil {
@@ -227,6 +227,28 @@ func Start(opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// load loads the maps and programs of spec into s.objs; the off-CPU
+// program only with Options.OffCPU: the verifier's work for it is most of
+// a start's CPU time (docs/BENCHMARKS.md, "Off-CPU time").
+func (s *Sampler) load(spec *ebpf.CollectionSpec) error {
+	if s.opts.OffCPU != nil {
+		return spec.LoadAndAssign(&s.objs, nil)
+	}
+	var objs struct {
+		profileMaps
+		profileVariables
+		OnExec *ebpf.Program `ebpf:"on_exec"`
+		OnFork *ebpf.Program `ebpf:"on_fork"`
+		Sample *ebpf.Program `ebpf:"sample"`
+	}
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return err
+	}
+	s.objs.profileMaps, s.objs.profileVariables = objs.profileMaps, objs.profileVariables
+	s.objs.OnExec, s.objs.OnFork, s.objs.Sample = objs.OnExec, objs.OnFork, objs.Sample
+	return nil
 }
 
 // ringSize holds 4 s of samples (callers drain it half full) from every CPU
