@@ -171,8 +171,10 @@ loop:
 		case <-timer.C:
 			break loop
 		case <-tick.C:
-			if o.Transfer == sampler.RingBuffer || offCPU != nil {
-				// The ring holds a few seconds: drain it as we go.
+			// The ring holds a few seconds, the off-CPU map is sized for
+			// seconds, and Python code objects must be read while their
+			// process lives: drain as we go.
+			if o.Transfer == sampler.RingBuffer || offCPU != nil || c.ReadsPython() {
 				if err := drain(); err != nil {
 					return nil, err
 				}
