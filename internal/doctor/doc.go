@@ -19,6 +19,7 @@
 // Every detector lives in its own file, which documents its thresholds:
 //
 //	busy-poll           busypoll.go       poll-family calls with a zero timeout returning nothing
+//	sleep-poll          sleeppoll.go      a thread sleeping a fixed interval to look for work
 //	syscall-errors      syscalls.go       a syscall failing at a high rate (a retry loop)
 //	gomaxprocs-quota    gomaxprocs.go     GOMAXPROCS above the CPU limit
 //	go-runtime-overhead goruntime.go      GC, scheduler, allocation and stack growth
@@ -28,9 +29,9 @@
 // Findings come worst first: by severity, then by the CPU the problem is
 // estimated to cost.
 //
-// What tracing costs: the tracer attaches to the tracepoints of nine
-// syscalls (the poll family, write and writev); while attached, every
-// syscall on the node takes the kernel's slower traced path, and the traced
+// What tracing costs: the tracer attaches to the tracepoints of eleven
+// syscalls (the poll family, the sleeps, write and writev); while attached,
+// every syscall on the node takes the kernel's slower traced path, and the traced
 // ones also run the BPF programs. `flint syscalls -p PID` with no syscall
 // list attaches to raw_syscalls instead, which runs the programs on every
 // syscall of every process. docs/BENCHMARKS.md has the measured costs.

@@ -162,6 +162,11 @@ type Thresholds struct {
 	BusyPollEmptyShare float64 // at least this share of its calls
 	BusyPollThreadCPU  float64 // and the thread used at least this CPU
 
+	// sleep-poll: one thread's sleeps.
+	SleepPollRate    float64 // at least this many wake-ups per second
+	SleepPollShare   float64 // asleep at least this share of the recording
+	SleepPollRegular float64 // this share of sleeps in one range (see sleeppoll.go)
+
 	// syscall-errors: one syscall of one process failing.
 	ErrorRate  float64 // at least this many failures per second
 	ErrorShare float64 // at least this share of its calls
@@ -200,6 +205,12 @@ func DefaultThresholds() Thresholds {
 		BusyPollEmptyShare: 0.9,
 		BusyPollThreadCPU:  0.05,
 
+		// The twin waiting on a condition variable makes no sleep call;
+		// its producer thread sleeps 5 times a second (10x below).
+		SleepPollRate:    50,
+		SleepPollShare:   0.5,
+		SleepPollRegular: 0.9,
+
 		// The waiting consumer: no failing read; a Go twin's stray
 		// failures at most 0.32/s (3,000x below), 0.04% of its calls.
 		ErrorRate:  1000,
@@ -235,6 +246,7 @@ var detectors = []struct {
 	run func(*Data, Thresholds) []Finding
 }{
 	{"busy-poll", busyPoll},
+	{"sleep-poll", sleepPoll},
 	{"syscall-errors", syscallErrors},
 	{"gomaxprocs-quota", gomaxprocsQuota},
 	{"go-runtime-overhead", goRuntimeOverhead},

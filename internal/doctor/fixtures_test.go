@@ -72,6 +72,7 @@ func buildFixtures(t testing.TB) map[string]string {
 			"busypoll":     append([]string{"gcc"}, append(cflags, "-o", "OUT", fixtureDir+"/doctor-busypoll.c")...),
 			"eagain":       append([]string{"gcc"}, append(cflags, "-pthread", "-o", "OUT", fixtureDir+"/doctor-eagain.c")...),
 			"probe":        append([]string{"gcc"}, append(cflags, "-o", "OUT", fixtureDir+"/doctor-probe.c")...),
+			"sleeppoll":    append([]string{"gcc"}, append(cflags, "-pthread", "-o", "OUT", fixtureDir+"/doctor-sleeppoll.c")...),
 			"syscost":      {"gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", "OUT", fixtureDir + "/doctor-syscost.c"},
 			"debugprint":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-debugprint"},
 			"gomaxprocs":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
@@ -314,6 +315,7 @@ func logMeasured(t *testing.T, prefix string, d *Data, pid int) {
 	const tiny = 1e-9
 	all := Thresholds{
 		BusyPollRate: tiny, BusyPollEmptyShare: tiny, BusyPollThreadCPU: tiny,
+		SleepPollRate: tiny, SleepPollShare: tiny, SleepPollRegular: tiny,
 		ErrorRate: tiny, ErrorShare: tiny,
 		GOMAXPROCSMinCPU: tiny,
 		RuntimeShare:     tiny, RuntimeMinCPU: tiny,

@@ -15,8 +15,8 @@ import (
 // a second (1000) and in at least ErrorShare of its calls (90%). A Go
 // program reading non-blocking sockets sees EAGAIN in about half its reads
 // by design (read, park until ready, read again), which stays below. It
-// sees only the syscalls traced: flint doctor traces the poll family and
-// stdout/stderr writes unless asked for every syscall of a PID (`flint
+// sees only the syscalls traced: flint doctor traces the poll family, the
+// sleeps and stdout/stderr writes unless asked for every syscall of a PID (`flint
 // doctor -p PID --every-syscall`, or `flint syscalls -p PID`).
 func syscallErrors(d *Data, t Thresholds) []Finding {
 	sc := d.Syscalls

@@ -25,13 +25,13 @@ import (
 )
 
 // DoctorSyscalls are the syscalls flint doctor traces: the poll family
-// (busy-poll) and the writes that can go to stdout and stderr
+// (busy-poll), the sleeps (sleep-poll) and the writes that can go to stdout and stderr
 // (hot-debug-output). Those missing on an architecture or kernel are
 // skipped (epoll_pwait2 needs Linux 5.11; arm64 has no epoll_wait, poll or
 // select).
 var DoctorSyscalls = []string{
 	"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6",
-	"write", "writev",
+	"nanosleep", "clock_nanosleep", "write", "writev",
 }
 
 // TracerOptions configure a Tracer.
