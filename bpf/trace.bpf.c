@@ -24,6 +24,7 @@
 const volatile __u32 target_tgid = 0; // -p: only this process; 0: any
 const volatile __u64 exe_ino = 0;     // --exe: the executable's inode, for library probes
 const volatile bool latency = false;  // time calls (return probes attached)
+const volatile bool stacks = false;   // count (and time) calls per caller's stack
 
 // Hits per (process, function), per CPU. 4096 pairs: the loader caps the
 // functions traced at 1024, and a pair costs 32 bytes per CPU. A full map is
@@ -54,15 +55,32 @@ struct {
 	__type(value, struct frame_state);
 } frames SEC(".maps");
 
-// Entry timestamps (ns, CLOCK_MONOTONIC) of activations in progress. Deep
-// recursion holds one per level: 65536 levels of all traced functions at
-// once. An evicted entry shows up as a `lost` return, never a wrong latency.
+// Entry times (ns, CLOCK_MONOTONIC) and stacks of activations in progress.
+// Deep recursion holds one per level: 65536 levels of all traced functions
+// at once. An evicted entry shows up as a `lost` return, never a wrong
+// latency.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct start_key);
-	__type(value, __u64);
+	__type(value, struct call_start);
 } starts SEC(".maps");
+
+// User stacks of the calls, with `stacks`; the loader sizes both maps.
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, TRACE_STACK_DEPTH * sizeof(__u64));
+} call_stacks SEC(".maps");
+
+// Calls (and their time) per (process, function, stack), with `stacks`.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct stack_key);
+	__type(value, struct stack_calls);
+} stack_counts SEC(".maps");
 
 // Functions being traced, by id: user space clears a function's entry to
 // stop counting it at once, before its probes are detached (detaching a
@@ -85,6 +103,8 @@ struct {
 
 // Force BTF for the types user space decodes.
 const enum trace_error *unused_trace_error __attribute__((unused));
+const struct stack_key *unused_stack_key __attribute__((unused));
+const struct stack_calls *unused_stack_calls __attribute__((unused));
 
 static __always_inline void count_error(enum trace_error e)
 {
@@ -174,6 +194,32 @@ static __always_inline __u32 bucket(__u64 ns)
 	return i < HIST_BUCKETS ? i : HIST_BUCKETS - 1;
 }
 
+// stack_of names where a call at a function's first instruction came from.
+static __always_inline void stack_of(struct stack_key *sk, struct pt_regs *ctx, struct frame_key *fk)
+{
+	sk->tgid = fk->tgid;
+	sk->func = fk->func;
+	sk->pad = 0;
+	sk->stack = bpf_get_stackid(ctx, &call_stacks, BPF_F_USER_STACK);
+	if (sk->stack < 0)
+		count_error(TRACE_ERR_STACK_LOST);
+	sk->caller = 0;
+	bpf_probe_read_user(&sk->caller, sizeof(sk->caller), (const void *)ctx->sp);
+}
+
+// add_stack_call counts one call from a stack, taking ns.
+static __always_inline void add_stack_call(struct stack_key *sk, __u64 ns)
+{
+	struct stack_calls zero = {};
+	struct stack_calls *v = lookup_or_init(&stack_counts, sk, &zero);
+	if (!v) {
+		count_error(TRACE_ERR_STACKS_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&v->calls, 1);
+	__sync_fetch_and_add(&v->ns, ns);
+}
+
 SEC("uprobe")
 int on_entry(struct pt_regs *ctx)
 {
@@ -201,14 +247,20 @@ int on_entry(struct pt_regs *ctx)
 	if (!c)
 		return 0;
 	c->calls++;
-	if (!latency || (cookie & COOKIE_NO_LATENCY))
+	struct call_start start = {};
+	if (stacks)
+		stack_of(&start.from, ctx, &fk);
+	if (!latency || (cookie & COOKIE_NO_LATENCY)) {
+		if (stacks)
+			add_stack_call(&start.from, 0);
 		return 0;
+	}
 
 	if (!(cookie & COOKIE_GO))
 		st = bpf_map_lookup_elem(&frames, &fk);
 	struct start_key sk = {.frame = fk, .depth = st ? st->depth : 0};
-	__u64 now = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&starts, &sk, &now, BPF_ANY) != 0) {
+	start.ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&starts, &sk, &start, BPF_ANY) != 0) {
 		count_error(TRACE_ERR_STARTS_FULL);
 		return 0;
 	}
@@ -248,12 +300,14 @@ int on_return(struct pt_regs *ctx)
 		bpf_map_delete_elem(&frames, &fk);
 
 	struct start_key sk = {.frame = fk, .depth = depth};
-	__u64 *start = bpf_map_lookup_elem(&starts, &sk);
+	struct call_start *start = bpf_map_lookup_elem(&starts, &sk);
 	if (!start) {
 		c->lost++;
 		return 0;
 	}
-	__u64 ns = now - *start;
+	__u64 ns = now - start->ns;
+	if (stacks)
+		add_stack_call(&start->from, ns);
 	bpf_map_delete_elem(&starts, &sk);
 	c->returns++;
 

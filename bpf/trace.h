@@ -27,6 +27,8 @@ enum trace_error {
 	TRACE_ERR_COUNTS_FULL, // (process, function) counters map full: hit lost
 	TRACE_ERR_FRAMES_FULL, // frames map full: a call's latency lost
 	TRACE_ERR_STARTS_FULL, // starts map full: a call's latency lost
+	TRACE_ERR_STACKS_FULL, // stack_calls map full: a call's stack lost
+	TRACE_ERR_STACK_LOST,  // the stack could not be walked or stored: counted without it
 	TRACE_ERR_MAX,
 };
 
@@ -62,6 +64,32 @@ struct start_key {
 	struct frame_key frame;
 	__u32 depth;
 	__u32 pad;
+};
+
+// Frames kept of a caller's stack: the kernel's default perf_event_max_stack.
+#define TRACE_STACK_DEPTH 127
+
+// Calls of one function in one process from one stack. At the function's
+// first instruction the frame-pointer walk starts at the caller's frame and
+// so skips the caller itself, whose return address is on top of the stack:
+// `caller` holds it.
+struct stack_key {
+	__u32 tgid;
+	__u32 func;
+	__s32 stack;  // id in call_stacks; negative when lost
+	__u32 pad;
+	__u64 caller; // return address into the caller
+};
+
+struct stack_calls {
+	__u64 calls; // with latency, the timed calls
+	__u64 ns;    // their time, summed
+};
+
+// An activation in progress: when it began and, with stacks, where from.
+struct call_start {
+	__u64 ns;
+	struct stack_key from; // with stacks
 };
 
 struct latency_hist {

@@ -2,6 +2,7 @@ package trace
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -48,6 +49,20 @@ type FunctionResult struct {
 	ProbeCPU    float64
 	// Detached is set when the overhead guard detached the function.
 	Detached *Detach
+	// Stacks are where the calls came from, with Options.Stacks; most
+	// calls first.
+	Stacks []CallStack
+}
+
+// CallStack is the calls of a function from one user stack of one process.
+type CallStack struct {
+	PID int
+	// PCs are the function's entry, then return addresses, leaf first;
+	// empty beyond the caller when the stack could not be walked.
+	PCs   []uint64
+	Calls uint64
+	// Time is the calls' time, with Options.Latency.
+	Time time.Duration
 }
 
 // ProcessResult is one traced process and what tracing cost it.
@@ -74,6 +89,10 @@ type Errors struct {
 	// FramesFull, StartsFull: calls not timed because a map was full.
 	FramesFull uint64 `json:"frames_full"`
 	StartsFull uint64 `json:"starts_full"`
+	// StacksFull: calls without a stack because the stack map was full;
+	// StacksLost: calls counted without their walk (unreadable or full).
+	StacksFull uint64 `json:"stacks_full,omitempty"`
+	StacksLost uint64 `json:"stacks_lost,omitempty"`
 	// Missed: probe hits the kernel did not run the program for, because
 	// another BPF program was running on that CPU.
 	Missed uint64 `json:"missed"`
@@ -120,6 +139,11 @@ func (t *Tracer) result() (*Result, error) {
 		}
 		res.Functions = append(res.Functions, fr)
 	}
+	if t.opts.Stacks {
+		if err := t.readStacks(res.Functions); err != nil {
+			return nil, err
+		}
+	}
 	for _, pid := range t.sortedPIDs() {
 		p := t.procs[pid]
 		pr := ProcessResult{PID: int(pid), Comm: p.comm, Exited: p.exited}
@@ -138,4 +162,55 @@ func (t *Tracer) result() (*Result, error) {
 	}
 	slices.SortStableFunc(res.Processes, func(a, b ProcessResult) int { return cmp.Compare(a.PID, b.PID) })
 	return res, nil
+}
+
+// maxStacks bounds the distinct stacks a trace keeps (1 KiB each);
+// stackDepth is TRACE_STACK_DEPTH of bpf/trace.h.
+const (
+	maxStacks  = 4096
+	stackDepth = 127
+)
+
+// readStacks adds to each function the stacks its calls came from.
+func (t *Tracer) readStacks(fns []FunctionResult) error {
+	var k traceStackKey
+	var v traceStackCalls
+	walks := map[int32][]uint64{}
+	it := t.objs.StackCounts.Iterate()
+	for it.Next(&k, &v) {
+		if k.Func == 0 || int(k.Func) > len(fns) {
+			continue // calibration
+		}
+		walk, ok := walks[k.Stack]
+		if !ok && k.Stack >= 0 {
+			var ips [stackDepth]uint64
+			if err := t.objs.CallStacks.Lookup(uint32(k.Stack), &ips); err == nil {
+				walk = ips[:]
+				for len(walk) > 0 && walk[len(walk)-1] == 0 {
+					walk = walk[:len(walk)-1]
+				}
+			}
+			walks[k.Stack] = walk
+		}
+		// The walk's first PC is the entry; the caller's comes next.
+		pcs := []uint64{}
+		if len(walk) > 0 {
+			pcs = append(pcs, walk[0])
+		}
+		if k.Caller != 0 {
+			pcs = append(pcs, k.Caller)
+		}
+		if len(walk) > 1 {
+			pcs = append(pcs, walk[1:]...)
+		}
+		f := &fns[k.Func-1]
+		f.Stacks = append(f.Stacks, CallStack{PID: int(k.Tgid), PCs: pcs, Calls: v.Calls, Time: time.Duration(v.Ns)})
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read stacks: %w", err)
+	}
+	for i := range fns {
+		slices.SortFunc(fns[i].Stacks, func(a, b CallStack) int { return cmp.Compare(b.Calls, a.Calls) })
+	}
+	return nil
 }

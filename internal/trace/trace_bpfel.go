@@ -28,6 +28,12 @@ type traceCallKey struct {
 	Func uint32
 }
 
+type traceCallStart struct {
+	_    structs.HostLayout
+	Ns   uint64
+	From traceStackKey
+}
+
 type traceFrameKey struct {
 	_    structs.HostLayout
 	Tgid uint32
@@ -47,6 +53,21 @@ type traceLatencyHist struct {
 	Buckets [312]uint64
 }
 
+type traceStackCalls struct {
+	_     structs.HostLayout
+	Calls uint64
+	Ns    uint64
+}
+
+type traceStackKey struct {
+	_      structs.HostLayout
+	Tgid   uint32
+	Func   uint32
+	Stack  int32
+	Pad    uint32
+	Caller uint64
+}
+
 type traceStartKey struct {
 	_     structs.HostLayout
 	Frame traceFrameKey
@@ -60,25 +81,32 @@ const (
 	traceTraceErrorTRACE_ERR_COUNTS_FULL traceTraceError = 0
 	traceTraceErrorTRACE_ERR_FRAMES_FULL traceTraceError = 1
 	traceTraceErrorTRACE_ERR_STARTS_FULL traceTraceError = 2
-	traceTraceErrorTRACE_ERR_MAX         traceTraceError = 3
+	traceTraceErrorTRACE_ERR_STACKS_FULL traceTraceError = 3
+	traceTraceErrorTRACE_ERR_STACK_LOST  traceTraceError = 4
+	traceTraceErrorTRACE_ERR_MAX         traceTraceError = 5
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	traceMapCallStacks       = "call_stacks"
 	traceMapCounts           = "counts"
 	traceMapEnabled          = "enabled"
 	traceMapErrors           = "errors"
 	traceMapFrames           = "frames"
 	traceMapHists            = "hists"
+	traceMapStackCounts      = "stack_counts"
 	traceMapStarts           = "starts"
 	traceProgOnEntry         = "on_entry"
 	traceProgOnReturn        = "on_return"
 	traceProgOnStackGrowth   = "on_stack_growth"
 	traceVarExeIno           = "exe_ino"
 	traceVarLatency          = "latency"
+	traceVarStacks           = "stacks"
 	traceVarTargetTgid       = "target_tgid"
+	traceVarUnusedStackCalls = "unused_stack_calls"
+	traceVarUnusedStackKey   = "unused_stack_key"
 	traceVarUnusedTraceError = "unused_trace_error"
 )
 
@@ -133,12 +161,14 @@ type traceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type traceMapSpecs struct {
-	Counts  *ebpf.MapSpec `ebpf:"counts"`
-	Enabled *ebpf.MapSpec `ebpf:"enabled"`
-	Errors  *ebpf.MapSpec `ebpf:"errors"`
-	Frames  *ebpf.MapSpec `ebpf:"frames"`
-	Hists   *ebpf.MapSpec `ebpf:"hists"`
-	Starts  *ebpf.MapSpec `ebpf:"starts"`
+	CallStacks  *ebpf.MapSpec `ebpf:"call_stacks"`
+	Counts      *ebpf.MapSpec `ebpf:"counts"`
+	Enabled     *ebpf.MapSpec `ebpf:"enabled"`
+	Errors      *ebpf.MapSpec `ebpf:"errors"`
+	Frames      *ebpf.MapSpec `ebpf:"frames"`
+	Hists       *ebpf.MapSpec `ebpf:"hists"`
+	StackCounts *ebpf.MapSpec `ebpf:"stack_counts"`
+	Starts      *ebpf.MapSpec `ebpf:"starts"`
 }
 
 // traceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -147,7 +177,10 @@ type traceMapSpecs struct {
 type traceVariableSpecs struct {
 	ExeIno           *ebpf.VariableSpec `ebpf:"exe_ino"`
 	Latency          *ebpf.VariableSpec `ebpf:"latency"`
+	Stacks           *ebpf.VariableSpec `ebpf:"stacks"`
 	TargetTgid       *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedStackCalls *ebpf.VariableSpec `ebpf:"unused_stack_calls"`
+	UnusedStackKey   *ebpf.VariableSpec `ebpf:"unused_stack_key"`
 	UnusedTraceError *ebpf.VariableSpec `ebpf:"unused_trace_error"`
 }
 
@@ -171,21 +204,25 @@ func (o *traceObjects) Close() error {
 //
 // It can be passed to loadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type traceMaps struct {
-	Counts  *ebpf.Map `ebpf:"counts"`
-	Enabled *ebpf.Map `ebpf:"enabled"`
-	Errors  *ebpf.Map `ebpf:"errors"`
-	Frames  *ebpf.Map `ebpf:"frames"`
-	Hists   *ebpf.Map `ebpf:"hists"`
-	Starts  *ebpf.Map `ebpf:"starts"`
+	CallStacks  *ebpf.Map `ebpf:"call_stacks"`
+	Counts      *ebpf.Map `ebpf:"counts"`
+	Enabled     *ebpf.Map `ebpf:"enabled"`
+	Errors      *ebpf.Map `ebpf:"errors"`
+	Frames      *ebpf.Map `ebpf:"frames"`
+	Hists       *ebpf.Map `ebpf:"hists"`
+	StackCounts *ebpf.Map `ebpf:"stack_counts"`
+	Starts      *ebpf.Map `ebpf:"starts"`
 }
 
 func (m *traceMaps) Close() error {
 	return _TraceClose(
+		m.CallStacks,
 		m.Counts,
 		m.Enabled,
 		m.Errors,
 		m.Frames,
 		m.Hists,
+		m.StackCounts,
 		m.Starts,
 	)
 }
@@ -196,7 +233,10 @@ func (m *traceMaps) Close() error {
 type traceVariables struct {
 	ExeIno           *ebpf.Variable `ebpf:"exe_ino"`
 	Latency          *ebpf.Variable `ebpf:"latency"`
+	Stacks           *ebpf.Variable `ebpf:"stacks"`
 	TargetTgid       *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedStackCalls *ebpf.Variable `ebpf:"unused_stack_calls"`
+	UnusedStackKey   *ebpf.Variable `ebpf:"unused_stack_key"`
 	UnusedTraceError *ebpf.Variable `ebpf:"unused_trace_error"`
 }
 

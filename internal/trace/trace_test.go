@@ -3,6 +3,8 @@ package trace
 import (
 	"bufio"
 	"context"
+	"debug/elf"
+	"debug/gosym"
 	"errors"
 	"io"
 	"math"
@@ -159,6 +161,65 @@ func TestGoLatency(t *testing.T) {
 	if p50 := time.Duration(f.Latency.Percentile(0.5)); p50 < time.Millisecond || p50 > 1500*time.Microsecond {
 		t.Errorf("main.sleep1ms: p50 %v, want in [1ms, 1.5ms]", p50)
 	}
+}
+
+// TestGoStacks counts and times calls per calling stack: every call of
+// main.sleep1ms comes from main.main's loop, the caller the frame-pointer
+// walk skips at a function's first instruction.
+func TestGoStacks(t *testing.T) {
+	requireRoot(t)
+	bin := fixture(t, "go")
+	res := traceFixture(t, bin, []string{"sleep", "200"},
+		Options{Functions: []string{"main.sleep1ms"}, Latency: true, Stacks: true})
+	f := function(t, res, "main.sleep1ms")
+	if len(f.Stacks) == 0 {
+		t.Fatal("no stacks")
+	}
+	table := goTable(t, bin)
+	var calls uint64
+	var took time.Duration
+	for _, s := range f.Stacks {
+		var names []string
+		for i, pc := range s.PCs {
+			if i > 0 {
+				pc-- // a return address: the call is before it
+			}
+			if fn := table.PCToFunc(pc); fn != nil {
+				names = append(names, fn.Name)
+			}
+		}
+		t.Logf("%d calls, %v: %v", s.Calls, s.Time, names)
+		if s.PID != res.Processes[0].PID || len(names) < 3 || names[0] != "main.sleep1ms" || names[1] != "main.main" {
+			t.Errorf("stack %v of pid %d: want main.sleep1ms called by main.main, of the fixture", names, s.PID)
+		}
+		calls += s.Calls
+		took += s.Time
+	}
+	if calls != 200 {
+		t.Errorf("%d calls in stacks, want 200", calls)
+	}
+	if took < 200*time.Millisecond || took > 300*time.Millisecond {
+		t.Errorf("calls took %v in stacks, want 200 of 1 ms and a little", took)
+	}
+}
+
+// goTable is the Go symbol table of a non-PIE binary.
+func goTable(t *testing.T, bin string) *gosym.Table {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcln, err := f.Section(".gopclntab").Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := gosym.NewTable(nil, gosym.NewLineTable(pcln, f.Section(".text").Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
 }
 
 // TestGoStackGrowth traces a recursion deep enough that every goroutine's
