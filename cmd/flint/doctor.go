@@ -215,16 +215,8 @@ func writeFindings(w io.Writer, title string, findings []doctor.Finding, seen []
 		for _, e := range f.Evidence {
 			fmt.Fprintf(w, "     - %s\n", e.Text)
 		}
-		if len(f.Stack) > 0 {
-			fmt.Fprintln(w, "   stack (innermost first):")
-			for i, fr := range f.Stack {
-				if i == 12 {
-					fmt.Fprintf(w, "       … %d more\n", len(f.Stack)-i)
-					break
-				}
-				fmt.Fprintf(w, "       %s\n", frameText(fr))
-			}
-		}
+		printStack(w, "stack", f.Stack)
+		printStack(w, "holder's stack", f.Holder)
 		fmt.Fprintf(w, "   fix: %s\n", f.Fix)
 	}
 	if len(notes) > 0 {
@@ -232,6 +224,21 @@ func writeFindings(w io.Writer, title string, findings []doctor.Finding, seen []
 		for _, n := range notes {
 			fmt.Fprintf(w, "  - %s\n", n)
 		}
+	}
+}
+
+// printStack prints the first frames of a finding's stack, if it has one.
+func printStack(w io.Writer, title string, stack []doctor.Frame) {
+	if len(stack) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "   %s (innermost first):\n", title)
+	for i, fr := range stack {
+		if i == 12 {
+			fmt.Fprintf(w, "       … %d more\n", len(stack)-i)
+			break
+		}
+		fmt.Fprintf(w, "       %s\n", frameText(fr))
 	}
 }
 

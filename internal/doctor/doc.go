@@ -1,5 +1,6 @@
 // Package doctor finds performance problems that have a known fix, with the
-// evidence measured to show them: a busy poll loop, failing syscalls retried
+// evidence measured to show them: a busy poll loop, a thread sleeping to
+// look for work, goroutines queueing for a mutex, failing syscalls retried
 // in a loop, GOMAXPROCS above the CPU quota, Go runtime overhead (GC,
 // scheduler, allocation), debug output on the hot path, and uprobes on hot
 // functions.
@@ -8,7 +9,9 @@
 // syscall statistics with sampled user stacks (a BPF tracer on the syscall
 // tracepoints, see bpf/syscalls.bpf.c), facts about each process (Go
 // version and build settings, GOMAXPROCS read from its memory, CPU limits
-// from its cgroups, context switches) and the uprobes attached on the node.
+// from its cgroups, context switches), the uprobes attached on the node and,
+// for the Go programs asked about, their sync.Mutex waits (uprobes on the
+// mutex's slow paths, see LockWaits).
 // Detectors are plain functions of Data, so a recording made elsewhere (the
 // agent's windows) can be analysed the same way:
 //
@@ -20,6 +23,7 @@
 //
 //	busy-poll           busypoll.go       poll-family calls with a zero timeout returning nothing
 //	sleep-poll          sleeppoll.go      a thread sleeping a fixed interval to look for work
+//	lock-contention     lockcontention.go goroutines queueing for a sync.Mutex
 //	syscall-errors      syscalls.go       a syscall failing at a high rate (a retry loop)
 //	gomaxprocs-quota    gomaxprocs.go     GOMAXPROCS above the CPU limit
 //	go-runtime-overhead goruntime.go      GC, scheduler, allocation and stack growth

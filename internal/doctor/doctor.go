@@ -29,7 +29,10 @@ type Finding struct {
 	Where *Frame `json:"where,omitempty"`
 	// Stack is the user stack responsible, leaf first, when one is.
 	Stack []Frame `json:"stack,omitempty"`
-	Fix   string  `json:"fix"`
+	// Holder is, for lock contention, the stack that held the lock: where
+	// it was released to a waiter, leaf first.
+	Holder []Frame `json:"holder,omitempty"`
+	Fix    string  `json:"fix"`
 	// Cost is the CPU the problem is estimated to burn, in CPUs (1 = one
 	// CPU busy all the time); it orders findings of equal severity.
 	Cost float64 `json:"cost_cpus"`
@@ -115,6 +118,9 @@ type Data struct {
 	Processes map[int]*Process
 	// Probes are the uprobe attachments on the node, with what they cost.
 	Probes []Probe
+	// Locks holds, by PID, the sync.Mutex waits of the Go processes asked
+	// about; nil for processes not traced.
+	Locks map[int]*LockWaits
 	// Notes say what could not be checked and why, one line each.
 	Notes []string
 
@@ -167,6 +173,9 @@ type Thresholds struct {
 	SleepPollShare   float64 // asleep at least this share of the recording
 	SleepPollRegular float64 // this share of sleeps in one range (see sleeppoll.go)
 
+	// lock-contention: goroutine-seconds a second waiting for sync.Mutex.
+	LockWaitGoroutines float64
+
 	// syscall-errors: one syscall of one process failing.
 	ErrorRate  float64 // at least this many failures per second
 	ErrorShare float64 // at least this share of its calls
@@ -211,6 +220,10 @@ func DefaultThresholds() Thresholds {
 		SleepPollShare:   0.5,
 		SleepPollRegular: 0.9,
 
+		// Rendering after Unlock: at most 0.00002 goroutines waiting, the
+		// bug 1.2-1.7 (3 runs, quiet machine): 4.7x above.
+		LockWaitGoroutines: 0.25,
+
 		// The waiting consumer: no failing read; a Go twin's stray
 		// failures at most 0.32/s (3,000x below), 0.04% of its calls.
 		ErrorRate:  1000,
@@ -247,6 +260,7 @@ var detectors = []struct {
 }{
 	{"busy-poll", busyPoll},
 	{"sleep-poll", sleepPoll},
+	{"lock-contention", lockContention},
 	{"syscall-errors", syscallErrors},
 	{"gomaxprocs-quota", gomaxprocsQuota},
 	{"go-runtime-overhead", goRuntimeOverhead},
@@ -276,8 +290,10 @@ func AnalyzeWith(d *Data, t Thresholds) []Finding {
 	}
 	for i := range out {
 		f := &out[i]
-		for j := range f.Stack {
-			f.Stack[j] = withLine(f.Stack[j], d.Processes[f.PID])
+		for _, stack := range [][]Frame{f.Stack, f.Holder} {
+			for j := range stack {
+				stack[j] = withLine(stack[j], d.Processes[f.PID])
+			}
 		}
 	}
 	slices.SortStableFunc(out, Worse)

@@ -77,6 +77,7 @@ func buildFixtures(t testing.TB) map[string]string {
 			"debugprint":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-debugprint"},
 			"gomaxprocs":   {"go", "build", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
 			"alloc":        {"go", "build", "-o", "OUT", fixtureDir + "/doctor-alloc"},
+			"mutex":        {"go", "build", "-o", "OUT", fixtureDir + "/doctor-mutex"},
 			"gomaxprocs-s": {"go", "build", "-ldflags=-s -w", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
 			"gomaxprocs-p": {"go", "build", "-buildmode=pie", "-o", "OUT", fixtureDir + "/doctor-gomaxprocs"},
 			"gomaxprocs-ps": {"go", "build", "-buildmode=pie", "-ldflags=-s -w", "-o", "OUT",
@@ -316,7 +317,8 @@ func logMeasured(t *testing.T, prefix string, d *Data, pid int) {
 	all := Thresholds{
 		BusyPollRate: tiny, BusyPollEmptyShare: tiny, BusyPollThreadCPU: tiny,
 		SleepPollRate: tiny, SleepPollShare: tiny, SleepPollRegular: tiny,
-		ErrorRate: tiny, ErrorShare: tiny,
+		LockWaitGoroutines: tiny,
+		ErrorRate:          tiny, ErrorShare: tiny,
 		GOMAXPROCSMinCPU: tiny,
 		RuntimeShare:     tiny, RuntimeMinCPU: tiny,
 		PrintShare: tiny, PrintMinCPU: tiny, StdioWriteRate: tiny, StdioWriteBytes: tiny, StdioWriteMinCPU: tiny,

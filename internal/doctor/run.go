@@ -114,6 +114,8 @@ type Examination struct {
 	before  map[int]usage
 	tracer  *Tracer
 	probes  *probeWatch
+	locks   []*lockTrace
+	notes   []string // what Begin could not set up
 	started time.Time
 }
 
@@ -154,12 +156,51 @@ func Begin(o ExamOptions) (*Examination, error) {
 		e.probes.finish()
 		return nil, err
 	}
+	e.traceLocks()
 	for _, pid := range o.Targets {
 		if u, err := readUsage(pid); err == nil {
 			e.before[pid] = u
 		}
 	}
 	return e, nil
+}
+
+// traceLocks puts the lock probes on the Go programs asked about.
+func (e *Examination) traceLocks() {
+	for _, pid := range slices.Sorted(maps.Keys(e.facts)) {
+		p := e.facts[pid]
+		if p.Go == nil {
+			continue
+		}
+		lt, err := startLockTrace(pid)
+		if err != nil {
+			e.notes = append(e.notes, fmt.Sprintf("pid %d (%s): sync.Mutex waits not traced: %v", pid, p.Comm, err))
+			continue
+		}
+		e.locks = append(e.locks, lt)
+	}
+}
+
+// endLocks stops the lock probes and names what they counted.
+func (e *Examination) endLocks(d *Data) {
+	for _, lt := range e.locks {
+		lw, err := lt.end(func(pid int, pcs []uint64) []Frame {
+			e.tracer.learnProcess(pid, pid) // a process that made no traced syscall
+			return e.tracer.name(pid, pid, pcs)
+		})
+		if err != nil {
+			d.Notes = append(d.Notes, fmt.Sprintf("pid %d: sync.Mutex waits lost: %v", lt.pid, err))
+			continue
+		}
+		if lw.Unstacked > 0 {
+			d.Notes = append(d.Notes, fmt.Sprintf("pid %d: %d sync.Mutex calls counted without their stack", lt.pid, lw.Unstacked))
+		}
+		if d.Locks == nil {
+			d.Locks = map[int]*LockWaits{}
+		}
+		d.Locks[lt.pid] = lw
+	}
+	e.locks = nil
 }
 
 // Close stops tracing and releases the examination (a reused tracer stays
@@ -169,6 +210,12 @@ func (e *Examination) Close() error {
 		e.probes.finish()
 		e.probes = nil
 	}
+	for _, lt := range e.locks {
+		lt.cancel()
+		<-lt.done
+		lt.tracer.Close()
+	}
+	e.locks = nil
 	if e.o.Tracer != nil {
 		e.tracer.Stop()
 		return nil
@@ -190,8 +237,10 @@ func (e *Examination) End(prof *profile.Profile, notes []string) ([]Finding, *Da
 	if prof != nil {
 		d.Start, d.Duration = prof.Start, prof.Duration
 	}
+	d.Notes = append(d.Notes, e.notes...)
 	d.Notes = append(d.Notes, notes...)
 	d.Notes = append(d.Notes, sc.Warnings...)
+	e.endLocks(d)
 	if len(sc.Skipped) > 0 {
 		d.Notes = append(d.Notes, "no tracepoint for "+strings.Join(sc.Skipped, ", ")+": not traced")
 	}
