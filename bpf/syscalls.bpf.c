@@ -42,6 +42,7 @@ const volatile __s32 nr_select = -1;
 const volatile __s32 nr_pselect6 = -1;
 const volatile __s32 nr_write = -1;
 const volatile __s32 nr_writev = -1;
+const volatile __s32 nr_clock_nanosleep = -1;
 
 // Calls per (process, thread, syscall, argument class). The loader sizes it;
 // a full map loses the call, counted in TRACER_STATS_FULL.
@@ -157,7 +158,10 @@ static __always_inline bool classify(struct trace_event_raw_sys_enter *ctx, __s3
 		zero = zero_timeout(arg(ctx, 2));
 	else if (nr == nr_select || nr == nr_pselect6)
 		zero = zero_timeout(arg(ctx, 4));
-	else if (nr == nr_write || nr == nr_writev) {
+	else if (nr == nr_clock_nanosleep) {
+		if (arg(ctx, 1) & 1) // TIMER_ABSTIME
+			*flags |= CALL_DEADLINE;
+	} else if (nr == nr_write || nr == nr_writev) {
 		int fd = (int)arg(ctx, 0);
 		if (fd == 1)
 			*flags |= CALL_STDOUT;

@@ -19,6 +19,7 @@ enum call_flag {
 	CALL_ZERO_TIMEOUT = 1, // a poll-family call told not to wait
 	CALL_STDOUT = 2,       // a write to fd 1
 	CALL_STDERR = 4,       // a write to fd 2
+	CALL_DEADLINE = 32,    // a clock_nanosleep until an absolute time (a ticker)
 	// Only in call_stack_key: how the call ended.
 	CALL_FAILED = 8,  // returned -errno
 	CALL_EMPTY = 16,  // returned 0 (no events, nothing written)

@@ -42,7 +42,7 @@ type Finding struct {
 type Evidence struct {
 	Name  string  `json:"name"`            // stable key, e.g. "empty_calls_per_second"
 	Value float64 `json:"value,omitempty"` // absent for text-only evidence
-	Unit  string  `json:"unit,omitempty"`  // "1/s", "CPU", "ratio" (0..1), "ns", "B/s"
+	Unit  string  `json:"unit,omitempty"`  // "1/s", "CPU", "ratio" (0..1), "ns", "B/s", "goroutines", "1/wake-up"
 	Text  string  `json:"text"`            // the measurement in a sentence
 }
 
@@ -143,6 +143,9 @@ type Process struct {
 	// another BPF program (the syscall tracer) runs on that CPU, so a
 	// heavily traced thread is under-sampled.
 	ThreadCPU map[int]time.Duration
+	// ThreadIO counts by thread the read and write syscalls during the
+	// recording (/proc/PID/task/TID/io: syscr + syscw); nil when unknown.
+	ThreadIO map[int]int64
 	// CtxSwitches counts voluntary and involuntary context switches of all
 	// its threads during the recording; -1 when unknown.
 	CtxSwitches int64
@@ -172,6 +175,7 @@ type Thresholds struct {
 	SleepPollRate    float64 // at least this many wake-ups per second
 	SleepPollShare   float64 // asleep at least this share of the recording
 	SleepPollRegular float64 // this share of sleeps in one range (see sleeppoll.go)
+	SleepPollIO      float64 // at most this many reads and writes per wake-up
 
 	// lock-contention: goroutine-seconds a second waiting for sync.Mutex.
 	LockWaitGoroutines float64
@@ -215,10 +219,13 @@ func DefaultThresholds() Thresholds {
 		BusyPollThreadCPU:  0.05,
 
 		// The twin waiting on a condition variable makes no sleep call;
-		// its producer thread sleeps 5 times a second (10x below).
+		// its producer thread sleeps 5 times a second (10x below). The
+		// eagain fixture's producer sleeps 1 ms 900 times a second, with a
+		// write each time (10x above SleepPollIO).
 		SleepPollRate:    50,
 		SleepPollShare:   0.5,
 		SleepPollRegular: 0.9,
+		SleepPollIO:      0.1,
 
 		// Rendering after Unlock: at most 0.00002 goroutines waiting, the
 		// bug 1.2-1.7 (3 runs, quiet machine): 4.7x above.

@@ -316,7 +316,7 @@ func logMeasured(t *testing.T, prefix string, d *Data, pid int) {
 	const tiny = 1e-9
 	all := Thresholds{
 		BusyPollRate: tiny, BusyPollEmptyShare: tiny, BusyPollThreadCPU: tiny,
-		SleepPollRate: tiny, SleepPollShare: tiny, SleepPollRegular: tiny,
+		SleepPollRate: tiny, SleepPollShare: tiny, SleepPollRegular: tiny, SleepPollIO: 1e9,
 		LockWaitGoroutines: tiny,
 		ErrorRate:          tiny, ErrorShare: tiny,
 		GOMAXPROCSMinCPU: tiny,

@@ -25,11 +25,12 @@ type usage struct {
 	start       uint64 // start time: tells a reused PID apart
 	cpu         time.Duration
 	threads     map[int]time.Duration // CPU by thread
+	threadIO    map[int]int64         // read and write syscalls by thread
 	ctxSwitches int64                 // of all threads; -1 when unknown
 }
 
-// readUsage reads pid's start time, CPU time (in all, and by thread) and
-// context switches.
+// readUsage reads pid's start time, CPU time (in all, and by thread), read
+// and write syscalls by thread, and context switches.
 func readUsage(pid int) (usage, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", proc.Root, pid))
 	if err != nil {
@@ -43,7 +44,7 @@ func readUsage(pid int) (usage, error) {
 		// Exited; its parent has not reaped it yet.
 		return usage{}, fmt.Errorf("pid %d: %w", pid, proc.ErrNoProcess)
 	}
-	u := usage{at: time.Now(), start: start, cpu: cpu, threads: map[int]time.Duration{}, ctxSwitches: -1}
+	u := usage{at: time.Now(), start: start, cpu: cpu, threads: map[int]time.Duration{}, threadIO: map[int]int64{}, ctxSwitches: -1}
 	tasks, err := os.ReadDir(fmt.Sprintf("%s/%d/task", proc.Root, pid))
 	if err != nil {
 		return u, nil
@@ -55,6 +56,15 @@ func readUsage(pid int) (usage, error) {
 		if b, err := os.ReadFile(dir + "stat"); err == nil {
 			if _, cpu, err := parseStat(b); err == nil {
 				u.threads[tid] = cpu
+			}
+		}
+		if b, err := os.ReadFile(dir + "io"); err == nil {
+			r, _ := statusField(b, "syscr")
+			w, _ := statusField(b, "syscw")
+			nr, err1 := strconv.ParseInt(r, 10, 64)
+			nw, err2 := strconv.ParseInt(w, 10, 64)
+			if err1 == nil && err2 == nil {
+				u.threadIO[tid] = nr + nw
 			}
 		}
 		b, err := os.ReadFile(dir + "status")

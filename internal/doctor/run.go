@@ -361,6 +361,10 @@ func finishProcess(p *Process, before usage, d time.Duration) {
 		for tid, cpu := range after.threads {
 			p.ThreadCPU[tid] = scale(cpu - before.threads[tid])
 		}
+		p.ThreadIO = map[int]int64{}
+		for tid, n := range after.threadIO {
+			p.ThreadIO[tid] = int64(scale(time.Duration(n - before.threadIO[tid])))
+		}
 	}
 	if l := p.Limit; l != nil && l.startPeriods >= 0 {
 		if per, thr, err := l.throttling(); err == nil {

@@ -16,8 +16,12 @@ import (
 // often), hold it asleep for at least SleepPollShare of the recording
 // (50%: sleeping is how it waits) and last about the same each time: at
 // least SleepPollRegular of them (90%) in the commonest power-of-two range
-// of durations or its two neighbours. A thread that sleeps until a
-// deadline it computes, or backs off, spreads wider. The Go runtime's
+// of durations or its two neighbours: a thread that backs off spreads
+// wider. A thread that does something between sleeps is pacing work, not
+// looking for it: it must make at most SleepPollIO read or write syscalls
+// per wake-up (0.1, from /proc/PID/task/TID/io: a producer writing what it
+// made makes one), and sleep for a time, not until a deadline
+// (clock_nanosleep with TIMER_ABSTIME is a ticker's). The Go runtime's
 // sysmon thread sleeps in a loop by design: calls whose sampled user
 // stacks are all runtime frames never fire. Go's time.Sleep parks a
 // goroutine rather than a thread and is not seen here.
@@ -33,13 +37,18 @@ func sleepPoll(d *Data, t Thresholds) []Finding {
 	secs := sc.Duration.Seconds()
 	var out []Finding
 	for _, c := range sc.Calls {
-		if !isSleep(c.Syscall) || c.Count == 0 {
+		if !isSleep(c.Syscall) || c.Deadline || c.Count == 0 {
 			continue
 		}
 		wakeRate := float64(c.Count) / secs
 		asleep := c.Total.Seconds() / secs
 		from, to, regular := commonRange(c.Latency[:])
 		if wakeRate < t.SleepPollRate || asleep < t.SleepPollShare || regular < t.SleepPollRegular {
+			continue
+		}
+		p := d.Processes[c.PID]
+		io, knownIO := p.threadIO(c.TID)
+		if !knownIO || float64(io) > t.SleepPollIO*float64(c.Count) {
 			continue
 		}
 		stack, runtimeShare := pollStack(c)
@@ -61,6 +70,8 @@ func sleepPoll(d *Data, t Thresholds) []Finding {
 						roundDuration(mean), roundDuration(mean/2))},
 				{Name: "regular_share", Value: regular, Unit: "ratio",
 					Text: fmt.Sprintf("%s of the sleeps lasted between %s and %s", pct(regular), roundDuration(from), roundDuration(to))},
+				{Name: "io_per_wakeup", Value: float64(io) / float64(c.Count), Unit: "1/wake-up",
+					Text: fmt.Sprintf("it made %d read or write syscalls in %d wake-ups: it looks and sleeps again", io, c.Count)},
 			},
 			Fix: "Block until there is work instead of sleeping and looking again: wait on a condition variable, semaphore, " +
 				"eventfd or pipe that the producer signals (a channel in Go, queue.get() in Python), keeping a timeout " +
@@ -76,7 +87,7 @@ func sleepPoll(d *Data, t Thresholds) []Finding {
 			}
 			f.Evidence = append(f.Evidence, Evidence{Name: "thread_cpu", Value: cpu, Unit: "CPU", Text: text})
 		}
-		if w, ok := ownFrame(stack, d.Processes[c.PID]); ok {
+		if w, ok := ownFrame(stack, p); ok {
 			f.Where = &w
 			f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "called from " + w.String()})
 		} else if len(stack) == 0 {
@@ -128,4 +139,14 @@ func roundDuration(d time.Duration) time.Duration {
 		}
 	}
 	return d.Round(time.Second)
+}
+
+// threadIO is the read and write syscalls of thread tid during the
+// recording; ok is false when unknown.
+func (p *Process) threadIO(tid int) (n int64, ok bool) {
+	if p == nil {
+		return 0, false
+	}
+	n, ok = p.ThreadIO[tid]
+	return n, ok
 }

@@ -47,7 +47,8 @@ func TestSleepPoll(t *testing.T) {
 }
 
 // TestSleepPollThresholds feeds the detector sleeps that are not a poll
-// loop: the Go runtime's sysmon, a backoff, a slow tick.
+// loop: the Go runtime's sysmon, a backoff, a slow tick, a producer that
+// writes after each sleep, a ticker sleeping until deadlines.
 func TestSleepPollThresholds(t *testing.T) {
 	user := []Frame{{Function: "usleep"}, {Function: "wait_loop", File: "app.c", Line: 9}}
 	sysmon := []Frame{{Function: "runtime.usleep"}, {Function: "runtime.sysmon"}, {Function: "runtime.newm.func1"}}
@@ -61,22 +62,28 @@ func TestSleepPollThresholds(t *testing.T) {
 	backoff := calls(500, 10*time.Millisecond, user)
 	backoff.Latency[log2(10*time.Millisecond)] = 250
 	backoff.Latency[log2(40*time.Microsecond)] = 250
+	ticker := calls(2000, 5*time.Millisecond, user)
+	ticker.Deadline = true
 	for _, tc := range []struct {
 		name string
 		call *Call
+		io   int64
 		want bool
 	}{
-		{"5 ms loop", calls(2000, 5*time.Millisecond, user), true},
-		{"sysmon", calls(2000, 5*time.Millisecond, sysmon), false},
-		{"slow tick", calls(100, 100*time.Millisecond, user), false},
-		{"mostly awake", calls(2000, time.Millisecond, user), false},
-		{"irregular", backoff, false},
+		{"5 ms loop", calls(2000, 5*time.Millisecond, user), 10, true},
+		{"sysmon", calls(2000, 5*time.Millisecond, sysmon), 0, false},
+		{"slow tick", calls(100, 100*time.Millisecond, user), 0, false},
+		{"mostly awake", calls(2000, time.Millisecond, user), 0, false},
+		{"irregular", backoff, 0, false},
+		{"producer", calls(2000, 5*time.Millisecond, user), 2000, false},
+		{"deadline ticker", ticker, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			io := tc.io
 			d := &Data{
 				Duration:  10 * time.Second,
 				Syscalls:  &Syscalls{Duration: 10 * time.Second, Calls: []*Call{tc.call}},
-				Processes: map[int]*Process{7: {PID: 7, Comm: "app"}},
+				Processes: map[int]*Process{7: {PID: 7, Comm: "app", ThreadIO: map[int]int64{8: io}}},
 			}
 			if got := byID(Analyze(d), "sleep-poll") != nil; got != tc.want {
 				t.Errorf("fired = %v, want %v", got, tc.want)

@@ -19,6 +19,7 @@ const (
 	syscallsCallFlagCALL_ZERO_TIMEOUT syscallsCallFlag = 1
 	syscallsCallFlagCALL_STDOUT       syscallsCallFlag = 2
 	syscallsCallFlagCALL_STDERR       syscallsCallFlag = 4
+	syscallsCallFlagCALL_DEADLINE     syscallsCallFlag = 32
 	syscallsCallFlagCALL_FAILED       syscallsCallFlag = 8
 	syscallsCallFlagCALL_EMPTY        syscallsCallFlag = 16
 )
@@ -91,6 +92,7 @@ const (
 	syscallsMapStats              = "stats"
 	syscallsProgSysEnter          = "sys_enter"
 	syscallsProgSysExit           = "sys_exit"
+	syscallsVarNrClockNanosleep   = "nr_clock_nanosleep"
 	syscallsVarNrEpollPwait       = "nr_epoll_pwait"
 	syscallsVarNrEpollPwait2      = "nr_epoll_pwait2"
 	syscallsVarNrEpollWait        = "nr_epoll_wait"
@@ -177,6 +179,7 @@ type syscallsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type syscallsVariableSpecs struct {
+	NrClockNanosleep   *ebpf.VariableSpec `ebpf:"nr_clock_nanosleep"`
 	NrEpollPwait       *ebpf.VariableSpec `ebpf:"nr_epoll_pwait"`
 	NrEpollPwait2      *ebpf.VariableSpec `ebpf:"nr_epoll_pwait2"`
 	NrEpollWait        *ebpf.VariableSpec `ebpf:"nr_epoll_wait"`
@@ -245,6 +248,7 @@ func (m *syscallsMaps) Close() error {
 //
 // It can be passed to loadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syscallsVariables struct {
+	NrClockNanosleep   *ebpf.Variable `ebpf:"nr_clock_nanosleep"`
 	NrEpollPwait       *ebpf.Variable `ebpf:"nr_epoll_pwait"`
 	NrEpollPwait2      *ebpf.Variable `ebpf:"nr_epoll_pwait2"`
 	NrEpollWait        *ebpf.Variable `ebpf:"nr_epoll_wait"`

@@ -39,6 +39,8 @@ type Call struct {
 	ZeroTimeout bool
 	// Stdout, Stderr: a write or writev to fd 1 or 2.
 	Stdout, Stderr bool
+	// Deadline: a clock_nanosleep until an absolute time (TIMER_ABSTIME).
+	Deadline bool
 
 	Count  uint64
 	Errors uint64 // returned -errno

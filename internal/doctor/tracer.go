@@ -117,7 +117,7 @@ func StartTracer(o TracerOptions) (*Tracer, error) {
 		"stdio_writes_only": doctorSet && !o.Every,
 		"stack_interval_ns": uint64(o.StackInterval),
 	}
-	for _, name := range []string{"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "write", "writev"} {
+	for _, name := range []string{"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "write", "writev", "clock_nanosleep"} {
 		nr := int32(-1)
 		if n, ok := syscallNumber(name); ok {
 			nr = int32(n)
@@ -371,6 +371,7 @@ func (t *Tracer) Read() (*Syscalls, error) {
 			ZeroTimeout: key.Flags&callZeroTimeout != 0,
 			Stdout:      key.Flags&callStdout != 0,
 			Stderr:      key.Flags&callStderr != 0,
+			Deadline:    key.Flags&callDeadline != 0,
 			Count:       val.Calls, Errors: val.Errors, Empty: val.Empty, Bytes: val.Bytes,
 			Total:     time.Duration(val.TotalNs),
 			LastErrno: unix.Errno(val.LastError),
@@ -423,7 +424,7 @@ func (t *Tracer) readStacks(calls map[syscallsCallKey]*Call) error {
 	var n uint64
 	it := t.objs.StackCounts.Iterate()
 	for it.Next(&key, &n) {
-		argFlags := key.Flags & (callZeroTimeout | callStdout | callStderr)
+		argFlags := key.Flags & (callZeroTimeout | callStdout | callStderr | callDeadline)
 		c := calls[syscallsCallKey{Pid: key.Pid, Tid: key.Tid, Nr: key.Nr, Flags: argFlags}]
 		if c == nil {
 			continue // its counter was lost (map full): counted in the warnings
@@ -534,6 +535,7 @@ func readComm(path string) string {
 // Call flags, from bpf/syscalls.h.
 const (
 	callZeroTimeout = uint32(syscallsCallFlagCALL_ZERO_TIMEOUT)
+	callDeadline    = uint32(syscallsCallFlagCALL_DEADLINE)
 	callStdout      = uint32(syscallsCallFlagCALL_STDOUT)
 	callStderr      = uint32(syscallsCallFlagCALL_STDERR)
 	callFailed      = uint32(syscallsCallFlagCALL_FAILED)
