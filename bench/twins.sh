@@ -12,7 +12,7 @@
 set -euo pipefail
 
 RUNS=${RUNS:-20}
-TESTS=${TESTS:-'^(TestBusyPoll|TestGoRuntimeOverhead|TestGOMAXPROCSQuota|TestHotDebugOutput|TestSyscallErrors|TestProbeOverhead)$'}
+TESTS=${TESTS:-'^(TestBusyPoll|TestSleepPoll|TestLockContention|TestGoRuntimeOverhead|TestGOMAXPROCSQuota|TestHotDebugOutput|TestSyscallErrors|TestProbeOverhead)$'}
 say() { printf 'twins: [%4ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'twins: %s\n' "$*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root (run: sudo bench/twins.sh)"

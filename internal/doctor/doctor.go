@@ -219,16 +219,17 @@ func DefaultThresholds() Thresholds {
 		BusyPollThreadCPU:  0.05,
 
 		// The twin waiting on a condition variable makes no sleep call;
-		// its producer thread sleeps 5 times a second (10x below). The
-		// eagain fixture's producer sleeps 1 ms 900 times a second, with a
-		// write each time (10x above SleepPollIO).
-		SleepPollRate:    50,
+		// its producer thread sleeps 5 times a second (4x below); the poll
+		// loop under load 73 times (3.6x above). The eagain fixture's
+		// producer sleeps 1 ms 900 times a second, with 0.93 writes each
+		// time (9.3x above SleepPollIO).
+		SleepPollRate:    20,
 		SleepPollShare:   0.5,
 		SleepPollRegular: 0.9,
 		SleepPollIO:      0.1,
 
-		// Rendering after Unlock: at most 0.00002 goroutines waiting, the
-		// bug 1.2-1.7 (3 runs, quiet machine): 4.7x above.
+		// Rendering after Unlock: at most 0.0146 goroutines waiting (17x
+		// below), the bug 1.10 or more (4.4x above), in 20 runs under load.
 		LockWaitGoroutines: 0.25,
 
 		// The waiting consumer: no failing read; a Go twin's stray

@@ -22,6 +22,7 @@ func TestLockContention(t *testing.T) {
 		t.Fatal("lock-contention did not fire on eight goroutines rendering under one mutex")
 	}
 	bugWaiting, _ := evidence(f, "waiting_goroutines")
+	bugProbes := data.Locks[bug.pid].ProbeCPU
 	if f.Where == nil || f.Where.Function != "main.(*store).lookupLocked" || f.Where.Line == 0 {
 		t.Errorf("where = %+v, want main.(*store).lookupLocked with a line", f.Where)
 	}
@@ -49,7 +50,8 @@ func TestLockContention(t *testing.T) {
 		waited += s.Time
 	}
 	fixedWaiting := waited.Seconds() / lw.Traced.Seconds()
-	t.Logf("goroutines waiting: %.3f under the lock, %.5f after Unlock", bugWaiting.Value, fixedWaiting)
+	t.Logf("goroutines waiting: %.3f under the lock, %.5f after Unlock; the probes cost %.4f CPU, %.4f",
+		bugWaiting.Value, fixedWaiting, bugProbes, lw.ProbeCPU)
 	if fixedWaiting > bugWaiting.Value/10 {
 		t.Errorf("%.3f goroutines waiting after Unlock, %.3f before: want a tenth or less", fixedWaiting, bugWaiting.Value)
 	}

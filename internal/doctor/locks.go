@@ -29,6 +29,9 @@ type LockWaits struct {
 	ReleasesTraced time.Duration
 	// Unstacked counts the calls whose stack was lost (a full map).
 	Unstacked uint64
+	// ProbeCPU is what the probes cost the process, in CPUs (estimated
+	// from the calls and the probe cost measured on this machine).
+	ProbeCPU float64
 }
 
 // LockStack is the calls from one stack.
@@ -93,6 +96,7 @@ func (lt *lockTrace) end(name func(pid int, pcs []uint64) []Frame) (*LockWaits, 
 			stacks, traced = &lw.Waits, &lw.Traced
 		}
 		*traced = f.Attached
+		lw.ProbeCPU += f.ProbeCPU
 		for _, s := range f.Stacks {
 			*stacks = append(*stacks, LockStack{Calls: s.Calls, Time: s.Time, Frames: name(s.PID, s.PCs)})
 		}

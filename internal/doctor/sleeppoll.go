@@ -12,7 +12,7 @@ import (
 //
 // It fires on a thread whose nanosleep or clock_nanosleep calls (usleep,
 // nanosleep, std::this_thread::sleep_for, Python's time.sleep) return at
-// least SleepPollRate times a second (50: a look every 20 ms or more
+// least SleepPollRate times a second (20: a look every 50 ms or more
 // often), hold it asleep for at least SleepPollShare of the recording
 // (50%: sleeping is how it waits) and last about the same each time: at
 // least SleepPollRegular of them (90%) in the commonest power-of-two range
@@ -21,7 +21,10 @@ import (
 // looking for it: it must make at most SleepPollIO read or write syscalls
 // per wake-up (0.1, from /proc/PID/task/TID/io: a producer writing what it
 // made makes one), and sleep for a time, not until a deadline
-// (clock_nanosleep with TIMER_ABSTIME is a ticker's). The Go runtime's
+// (clock_nanosleep with TIMER_ABSTIME is a ticker's). Without the thread's
+// counters from the start of the recording it does not fire: flint doctor
+// reads them for the processes asked about (all, with -a), the agent for
+// those that used CPU in its last window. The Go runtime's
 // sysmon thread sleeps in a loop by design: calls whose sampled user
 // stacks are all runtime frames never fire. Go's time.Sleep parks a
 // goroutine rather than a thread and is not seen here.

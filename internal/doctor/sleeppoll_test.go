@@ -22,12 +22,14 @@ func TestSleepPoll(t *testing.T) {
 	if f.Thread != "worker" {
 		t.Errorf("thread %q, want the worker", f.Thread)
 	}
-	// 200 looks a second at most; fewer when a CPU is slow to wake it.
-	if e, _ := evidence(f, "wakeups_per_second"); e.Value < 120 || e.Value > 205 {
-		t.Errorf("%.0f wake-ups a second, want up to 200", e.Value)
+	// 200 looks a second at most, each sleep 5 ms or more: on a busy
+	// machine the thread waits for a CPU after its sleep too (10.6 ms
+	// with both CPUs spinning, bench/twins.sh).
+	if e, _ := evidence(f, "wakeups_per_second"); e.Value > 205 {
+		t.Errorf("%.0f wake-ups a second, want 200 at most", e.Value)
 	}
-	if e, _ := evidence(f, "mean_sleep_ns"); e.Value < 5e6 || e.Value > 8e6 {
-		t.Errorf("mean sleep %.0f ns, want 5 ms and a little", e.Value)
+	if e, _ := evidence(f, "mean_sleep_ns"); e.Value < 5e6 {
+		t.Errorf("mean sleep %.0f ns, want 5 ms or more", e.Value)
 	}
 	if e, _ := evidence(f, "asleep_share"); e.Value < 0.9 {
 		t.Errorf("asleep %.3f of the recording, want nearly all", e.Value)
