@@ -81,12 +81,7 @@ func busyPoll(d *Data, t Thresholds) []Finding {
 			}
 			f.Evidence = append(f.Evidence, Evidence{Name: "thread_cpu", Value: cpu, Unit: "CPU", Text: text})
 		}
-		if w, ok := ownFrame(stack, p); ok {
-			f.Where = &w
-			f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "called from " + w.String()})
-		} else if len(stack) == 0 {
-			f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "no user stack was sampled"})
-		}
+		f.setCaller(stack, p)
 		f.Severity = severityOf(f.Cost, emptyShare)
 		out = append(out, f)
 	}

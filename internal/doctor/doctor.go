@@ -458,6 +458,17 @@ func isOwn(f Frame, p *Process) bool {
 	return false
 }
 
+// setCaller names the program's own frame of a syscall's sampled stack as
+// where the finding is, with evidence saying so.
+func (f *Finding) setCaller(stack []Frame, p *Process) {
+	if w, ok := ownFrame(stack, p); ok {
+		f.Where = &w
+		f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "called from " + w.String()})
+	} else if len(stack) == 0 {
+		f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "no user stack was sampled"})
+	}
+}
+
 // pct formats a share 0..1 as a percentage.
 func pct(share float64) string { return fmt.Sprintf("%.1f%%", 100*share) }
 

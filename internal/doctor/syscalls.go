@@ -95,10 +95,7 @@ func syscallErrors(d *Data, t Thresholds) []Finding {
 				continue
 			}
 			f.Stack = s.Frames
-			if w, ok := ownFrame(s.Frames, d.Processes[k.pid]); ok {
-				f.Where = &w
-				f.Evidence = append(f.Evidence, Evidence{Name: "caller", Text: "called from " + w.String()})
-			}
+			f.setCaller(s.Frames, d.Processes[k.pid])
 			break
 		}
 		f.Severity = severityOf(f.Cost, f.Cost/max(d.processCPU(k.pid), 0.01))
