@@ -303,7 +303,7 @@ func (c *RecordConfig) kind() profile.Kind {
 }
 
 func title(c *RecordConfig) string {
-	what := map[profile.Kind]string{profile.CPU: "CPU", profile.OffCPU: "Blocked time", profile.Wall: "Wall time"}[c.kind()]
+	what := c.kind().Title()
 	switch {
 	case c.PID != 0:
 		return fmt.Sprintf("%s: pid %d", what, c.PID)
