@@ -36,7 +36,9 @@ func (m *metrics) record(p *profile.Profile, err error) {
 		return
 	}
 	m.windowsWritten.Add(1)
-	m.samplesWritten.Add(p.Total())
+	if p.Kind == profile.CPU { // off-CPU counts are nanoseconds
+		m.samplesWritten.Add(p.Total())
+	}
 	if m.consecutiveFailures.Swap(0) > 0 {
 		m.wasFailing.Store(true)
 	}
