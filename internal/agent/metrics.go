@@ -79,8 +79,8 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	if a.unwind != nil {
 		writeUnwindMetrics(w, a.unwind.Stats())
 	}
-	gauge("flint_samples_written_total", "Samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
-	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store.", "counter", a.metrics.windowsWritten.Load())
+	gauge("flint_samples_written_total", "CPU samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
+	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store (with --off-cpu, a CPU and an off-CPU one each window).", "counter", a.metrics.windowsWritten.Load())
 	gauge("flint_windows_dropped_total", "Windows dropped because the store (or the spool) could not write them.", "counter", a.metrics.windowsDropped.Load())
 	if a.spool != nil {
 		writeSpoolMetrics(w, a.spool.Stats(), time.Now())
