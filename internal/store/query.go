@@ -109,14 +109,28 @@ func (s *SQLite) decodeLabelSet(id int64, b []byte) (map[string]string, error) {
 func scanSamples(ctx context.Context, tx *sql.Tx, typ profile.Kind, from, to int64, want []int64, cols string, dest []any, f func() error) error {
 	// The type is the window's: the small windows table says which
 	// windows of the range have it, and samples rows are read by start.
-	q := "SELECT " + cols + " FROM samples WHERE start >= ?1 AND start < ?2" +
-		" AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3)"
+	// Checking each row's window made a selective query 20-35% slower
+	// (BenchmarkProfile24h/pod-selector, a CPU-only store, on a busy
+	// machine), so a range whose windows are all of the type (any store
+	// without --off-cpu) is read as before.
+	var mixed bool
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM windows WHERE start >= ? AND start < ? AND type != ?)`,
+		from, to, int(typ)).Scan(&mixed)
+	if err != nil {
+		return fmt.Errorf("read windows: %w", err)
+	}
+	q := "SELECT " + cols + " FROM samples WHERE start >= ?1 AND start < ?2"
+	args := []any{from, to}
+	if mixed {
+		q += " AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3)"
+		args = append(args, int(typ))
+	}
 	if want != nil {
 		// A selective selector: let SQLite skip the other rows without
 		// handing them to Go.
 		q += " AND labels IN (" + idList(want) + ")"
 	}
-	rows, err := tx.QueryContext(ctx, q, from, to, int(typ))
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("read samples: %w", err)
 	}
