@@ -9,6 +9,7 @@
 #	sudo CHURN=10 CHURN_WITH=brief bench/agent.sh  # the new processes: a C program (bench/churn.sh)
 #	sudo NOFP=1 bench/agent.sh          # fixtures without frame pointers
 #	sudo AGENT_FLAGS="--unwind-memory 0" bench/agent.sh   # agent flags
+#	sudo LOAD=none AGENT_FLAGS=--off-cpu bench/agent.sh   # a quiet node: no fixtures
 #
 # Measured from outside the agent: its CPU (its threads' run time),
 # the run time of its BPF programs (its /metrics, kernel BPF statistics
@@ -46,8 +47,13 @@ trap cleanup EXIT
 
 # Load: one C and one Go fixture per CPU, so both CPUs stay busy; with
 # NOFP=1, the C and C++ fixtures built without frame pointers instead, whose
-# stacks the agent walks with unwind tables.
-if [[ ${NOFP:-0} == 1 ]]; then
+# stacks the agent walks with unwind tables; with LOAD=none, nothing: the
+# node as it is (what else runs on it is the agent's load).
+LOAD=${LOAD:-spin}
+[[ $LOAD == spin || $LOAD == none ]] || die "LOAD=$LOAD: want spin or none"
+if [[ $LOAD == none ]]; then
+	load=()
+elif [[ ${NOFP:-0} == 1 ]]; then
 	gcc -O2 -fomit-frame-pointer -rdynamic -o "$out/nofp" testdata/fixtures/nofp/nofp.c
 	gcc -O2 -fomit-frame-pointer -shared -fPIC -o "$out/nofp-plugin.so" testdata/fixtures/nofp/plugin.c
 	g++ -O2 -fomit-frame-pointer -o "$out/nofp-cc" testdata/fixtures/nofp/nofp.cc
@@ -56,19 +62,20 @@ else
 	load=("$out/spin" "$out/spin-go")
 fi
 for _ in $(seq "$(nproc)"); do
-	for cmd in "${load[@]}"; do
+	for cmd in "${load[@]+"${load[@]}"}"; do
 		$cmd >/dev/null & pids+=($!)
 	done
 done
 
 # CPU seconds to the nanosecond: the sum of the agent's threads' run time
 # (/proc/PID/stat's utime+stime count whole 10 ms ticks).
-cpu_s() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
+# A thread that exits between the glob and the read is not an error.
+cpu_s() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 metric() { curl -s "http://$addr/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 # Each BPF program the agent holds open: ID, name, run time (ns) and runs, from
 # the kernel's BPF statistics (which the agent enables).
 progs() {
-	local ids; ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u | paste -sd, -)
+	local ids; ids=$({ grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null || true; } | awk '{ print $2 }' | sort -u | paste -sd, -)
 	bpftool prog show --json | jq -r --argjson ids "[$ids]" \
 		'.[] | select(.id as $i | $ids | index($i)) | [.id, .name, (.run_time_ns // 0), (.run_cnt // 0)] | @tsv' | sort
 }
@@ -91,10 +98,12 @@ say "warming up for ${WARMUP} s"
 sleep "$WARMUP"
 cpu0=$(cpu_s $agent); bpf0=$(metric flint_bpf_run_seconds_total); samples0=$(metric flint_samples_written_total)
 taken0=$(metric flint_samples_total); progs $agent >"$out/progs0.tsv"
+spans0=$(metric flint_off_cpu_spans_total); offlost0=$(metric flint_off_cpu_lost_total); busy0=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
 say "steady state for ${STEADY} s"
 sleep "$STEADY"
 cpu1=$(cpu_s $agent); bpf1=$(metric flint_bpf_run_seconds_total); samples1=$(metric flint_samples_written_total)
 taken1=$(metric flint_samples_total); progs $agent >"$out/progs1.tsv"
+spans1=$(metric flint_off_cpu_spans_total); offlost1=$(metric flint_off_cpu_lost_total); busy1=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
 walks=$(metric flint_unwind_walks_total); complete=$(metric flint_unwind_complete_total)
 rows=$(metric flint_unwind_rows); binaries=$(metric flint_unwind_binaries)
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
@@ -110,10 +119,13 @@ kill -TERM $agent; wait $agent || true
 cores=$(nproc)
 awk -v c0="$cpu0" -v c1="$cpu1" -v b0="$bpf0" -v b1="$bpf1" -v s="$STEADY" -v n="$cores" \
 	-v peak="$peak" -v st="$startup" -v bytes="$store" -v smp="$written" -v s0="$samples0" -v s1="$samples1" \
-	-v t0="$taken0" -v t1="$taken1" '
+	-v t0="$taken0" -v t1="$taken1" -v load="$LOAD" -v flags="${AGENT_FLAGS:-}" -v sp0="$spans0" -v sp1="$spans1" \
+	-v ol0="$offlost0" -v ol1="$offlost1" -v bz0="$busy0" -v bz1="$busy1" -v hz="$(getconf CLK_TCK)" '
 BEGIN {
 	user = (c1 - c0) / s; bpf = (b1 - b0) / s
-	printf "| steady state, %d s at 99 Hz, %d CPUs busy | value |\n|---|---:|\n", s, n
+	printf "| steady state, %d s at 99 Hz, %s, flags: %s | value |\n|---|---:|\n", s, (load == "none" ? "no load" : n " CPUs busy"), (flags == "" ? "none" : flags)
+	printf "| the machine busy (user, nice, system, irq, softirq), all processes | %.2f%% |\n", 100 * (bz1 - bz0) / hz / s / n
+	printf "| off-CPU spans recorded a second; lost | %.0f; %d |\n", (sp1 - sp0) / s, ol1 - ol0
 	printf "| agent CPU, %% of one core | %.3f%% |\n", 100 * user
 	printf "| BPF programs, %% of one core | %.3f%% |\n", 100 * bpf
 	printf "| BPF run time a sample taken | %.2f us |\n", 1e6 * (b1 - b0) / (t1 - t0)

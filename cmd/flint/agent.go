@@ -39,6 +39,11 @@ type AgentConfig struct {
 	// ReceiveListen is where --receive otlp listens for gRPC, with the
 	// API's token and TLS files; Validate puts it in Options.ReceiveOTLP.
 	ReceiveListen string
+	// RecordOffCPU, OffCPUMin and OffCPUSample are --off-cpu and its
+	// bounds; Validate makes them Options.OffCPU.
+	RecordOffCPU bool
+	OffCPUMin    time.Duration
+	OffCPUSample uint
 	// Warnings are what Validate allowed but the operator should fix.
 	Warnings []string
 }
@@ -74,6 +79,13 @@ func (c *AgentConfig) Validate() error {
 	}
 	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
 		return err
+	}
+	if err := checkOffCPU(c.OffCPUMin, c.OffCPUSample); err != nil {
+		return err
+	}
+	c.OffCPU = nil
+	if c.RecordOffCPU {
+		c.OffCPU = &sampler.OffCPU{Min: c.OffCPUMin, SampleEvery: uint32(c.OffCPUSample)}
 	}
 	c.Exports = nil
 	for _, raw := range c.ExportURLs {
@@ -186,7 +198,7 @@ func parseSize(s string) (int64, error) {
 }
 
 func parseAgent(args []string) (*AgentConfig, error) {
-	c := &AgentConfig{Options: agent.DefaultOptions()}
+	c := &AgentConfig{Options: agent.DefaultOptions(), OffCPUMin: sampler.DefaultOffCPUMin, OffCPUSample: 1}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store (with --store: of the spool)")
@@ -217,6 +229,9 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.StringVar(&c.Receive, "receive", "", "also store profiles other profilers send with this `protocol`: otlp (OTLP profiles over gRPC on --receive-listen, and over HTTP on the API at /v1development/profiles)")
 	fs.StringVar(&c.ReceiveListen, "receive-listen", "127.0.0.1:4317", "`address` where --receive otlp takes gRPC")
 	fs.Var(longDuration{&c.DoctorEvery}, "doctor-every", "run flint doctor's detectors on one window in every `duration` (0: never)")
+	fs.BoolVar(&c.RecordOffCPU, "off-cpu", false, "also record where threads wait off the CPU, always, and store it beside the CPU samples (flint query --type off-cpu)")
+	fs.Var(durationFlag{&c.OffCPUMin}, "off-cpu-min", "with --off-cpu, the shortest time off the CPU recorded (`duration`)")
+	fs.UintVar(&c.OffCPUSample, "off-cpu-sample", c.OffCPUSample, "with --off-cpu, record one span off the CPU in `N`, each counting N times")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("Usage: flint agent [flags]\n\nProfiles every process continuously, stores the profiles and serves the HTTP API.\n\nFlags:")

@@ -39,7 +39,18 @@ func TestParseAgent(t *testing.T) {
 	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 || c.DoctorEvery != 5*time.Minute {
 		t.Errorf("config %+v", c.Options)
 	}
-	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "--doctor-every -1m", "extra"} {
+	if c.OffCPU != nil {
+		t.Errorf("off-CPU time recorded without --off-cpu: %+v", c.OffCPU)
+	}
+	c, err = parseAgent(strings.Fields("--off-cpu --off-cpu-min 5ms --off-cpu-sample 10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.OffCPU; o == nil || o.Min != 5*time.Millisecond || o.SampleEvery != 10 {
+		t.Errorf("--off-cpu --off-cpu-min 5ms --off-cpu-sample 10: %+v", o)
+	}
+	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "--doctor-every -1m", "extra",
+		"--off-cpu --off-cpu-min 2m", "--off-cpu --off-cpu-sample 0"} {
 		if _, err := parseAgent(strings.Fields(bad)); err == nil {
 			t.Errorf("parseAgent(%q) succeeded", bad)
 		}

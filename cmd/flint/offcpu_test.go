@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +59,7 @@ func TestRecordOffCPU(t *testing.T) {
 			pid, spent := startBlocked(t, fx.path)
 			before := spent()
 			p := recordTime(t, flint, pid, "--off-cpu")
-			checkBlocked(t, fx, p, spent().minus(before))
+			checkBlocked(t, fx, p, spent().minus(before), time.Duration(p.DurationNanos))
 			if fx.threads == 0 {
 				return // the Go runtime's threads come and go
 			}
@@ -94,7 +96,7 @@ func TestAgentBlockProfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkBlocked(t, fx, p, spent().minus(before))
+			checkBlocked(t, fx, p, spent().minus(before), time.Duration(p.DurationNanos))
 			for _, s := range p.Sample {
 				if got := s.NumLabel["pid"]; len(got) != 1 || got[0] != int64(pid) {
 					t.Fatalf("a sample of pid %v, want only %d", got, pid)
@@ -104,6 +106,79 @@ func TestAgentBlockProfile(t *testing.T) {
 	}
 	if n := a.metric(t, "flint_off_cpu_spans_total"); n == 0 {
 		t.Error("flint_off_cpu_spans_total is 0")
+	}
+	stopAgent(t, a)
+}
+
+// TestAgentStoredOffCPU runs the agent with --off-cpu while each
+// blocked-time fixture runs, a live /debug/pprof/block request in the
+// middle, and reads the stored off-CPU profile of the fixture's life with
+// flint query --type off-cpu: its split, and its waiting thread's time
+// within 10% of the fixture's life. The CPU profile of the same range
+// stays CPU samples: no off-CPU nanoseconds in it.
+func TestAgentStoredOffCPU(t *testing.T) {
+	requireRoot(t)
+	flint, _ := build(t)
+	fixtures := blockedFixtures(t)
+	const window = 2 * time.Second
+	a := startAgent(t, flint, t.TempDir(), "--off-cpu", "--window", window.String())
+	for _, fx := range fixtures {
+		t.Run(fx.name, func(t *testing.T) {
+			from := time.Now().Add(-window) // the window the fixture starts in
+			pid, spent := startBlocked(t, fx.path)
+			started := time.Now()
+			time.Sleep(2 * time.Second)
+			// A live request in the middle leaves the program attached.
+			live, err := pprofile.ParseData(a.get(t, "/debug/pprof/block", url.Values{"seconds": {"2"}, "pid": {strconv.Itoa(pid)}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(live.Sample) == 0 {
+				t.Error("live /debug/pprof/block of the fixture is empty")
+			}
+			time.Sleep(3 * time.Second)
+			total := spent()
+			life := time.Since(started)
+			syscall.Kill(pid, syscall.SIGKILL)
+			time.Sleep(window + time.Second) // its last window written
+			to := time.Now()
+
+			sel := fmt.Sprintf(`{pid="%d"}`, pid)
+			out := filepath.Join(t.TempDir(), "off.pb.gz")
+			args := []string{"query", "--server", "http://" + a.addr, "--type", "off-cpu", "--selector", sel,
+				"--from", strconv.FormatInt(from.Unix(), 10), "--to", strconv.FormatInt(to.Unix()+1, 10), "-o", out}
+			if msg, err := exec.Command(flint, args...).CombinedOutput(); err != nil {
+				t.Fatalf("flint %s: %v\n%s", strings.Join(args, " "), err, msg)
+			}
+			f, err := os.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := pprofile.Parse(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBlocked(t, fx, p, total, life)
+
+			q := url.Values{"format": {"pprof"}, "selector": {sel},
+				"from": {strconv.FormatInt(from.Unix(), 10)}, "to": {strconv.FormatInt(to.Unix()+1, 10)}}
+			cpu, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var samples int64
+			for _, s := range cpu.Sample {
+				samples += s.Value[0]
+			}
+			// The fixture hardly runs: its CPU samples stand for a small
+			// part of its life; one off-CPU nanosecond counted as a
+			// sample would be billions.
+			if cpu.SampleType[0].Type != "samples" || time.Duration(samples*cpu.Period) > life/4 {
+				t.Errorf("CPU profile of the fixture: %d %s of %s, want CPU samples of less than a quarter of its life %s",
+					samples, cpu.SampleType[0].Type, time.Duration(cpu.Period), life)
+			}
+		})
 	}
 	stopAgent(t, a)
 }
@@ -150,9 +225,9 @@ func startBlocked(t *testing.T, path string) (int, func() spentTimes) {
 	}
 }
 
-// checkBlocked checks an off-CPU profile of fx over a time the fixture
-// says it spent spent in its functions.
-func checkBlocked(t *testing.T, fx blockedFixture, p *pprofile.Profile, spent spentTimes) {
+// checkBlocked checks an off-CPU profile of fx over length, in which the
+// fixture says it spent spent in its functions.
+func checkBlocked(t *testing.T, fx blockedFixture, p *pprofile.Profile, spent spentTimes, length time.Duration) {
 	t.Helper()
 	if p.SampleType[0].Type != "off_cpu" || p.SampleType[0].Unit != "nanoseconds" {
 		t.Errorf("sample type %v, want off_cpu/nanoseconds", p.SampleType[0])
@@ -176,7 +251,6 @@ func checkBlocked(t *testing.T, fx blockedFixture, p *pprofile.Profile, spent sp
 			}
 		}
 	}
-	length := time.Duration(p.DurationNanos)
 	t.Logf("waiting thread: %s blocked of %s; %s %s, %s %s; the fixture says %s and %s", time.Duration(waiter), length,
 		fx.sleep, time.Duration(sleep), fx.block, time.Duration(block), time.Duration(spent.sleep), time.Duration(spent.block))
 	if d := math.Abs(float64(waiter)/float64(length) - 1); d > 0.1 {

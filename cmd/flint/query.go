@@ -137,6 +137,9 @@ type QueryConfig struct {
 	BaseFrom, BaseTo string
 	BaseSelector     string
 	Normalize        bool
+	// Type is the profile type asked for: CPU time, time off the CPU, or
+	// both (wall).
+	Type profile.Kind
 }
 
 // Validate checks the config and fills the format from the output name.
@@ -188,7 +191,8 @@ func parseQuery(args []string) (*QueryConfig, error) {
 	fs.StringVar(&c.BaseTo, "base-to", "", "end `time` of the base range (implies --diff)")
 	fs.StringVar(&c.BaseSelector, "base-selector", "", "the base's `selector` (default --selector; implies --diff)")
 	fs.BoolVar(&c.Normalize, "normalize", false, "scale the base to the same total first (implies --diff)")
-	if err := parseFlags(fs, args, "Usage: flint query [--since 15m | --from T --to T] [--selector SEL] [-o out.svg] [--diff]\n\nFetches the merged profile of a time range from a flint agent and writes a flame graph,\npprof, folded stacks or a JSON tree; with --diff, what changed against a base range."); err != nil {
+	fs.Var(kindFlag{&c.Type}, "type", "profile `type`: cpu, off-cpu (where threads waited, stored by flint agent --off-cpu) or wall (both)")
+	if err := parseFlags(fs, args, "Usage: flint query [--since 15m | --from T --to T] [--selector SEL] [--type cpu|off-cpu|wall] [-o out.svg] [--diff]\n\nFetches the merged profile of a time range from a flint agent and writes a flame graph,\npprof, folded stacks or a JSON tree; with --diff, what changed against a base range."); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -216,6 +220,9 @@ func query(args []string, stdout, stderr io.Writer) error {
 
 	path, q := "/api/v1/profile", c.values()
 	q.Set("format", string(c.Format))
+	if c.Type != profile.CPU {
+		q.Set("type", c.Type.String())
+	}
 	if c.Diff {
 		path = "/api/v1/diff"
 		for name, v := range map[string]string{"base_from": c.BaseFrom, "base_to": c.BaseTo, "base_selector": c.BaseSelector} {
@@ -247,6 +254,22 @@ func query(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "flint: %s written to %s (%s, %d bytes)\n", what, c.Output, c.Format, n)
 	}
 	return nil
+}
+
+// kindFlag is a profile type flag: cpu, off-cpu or wall.
+type kindFlag struct{ k *profile.Kind }
+
+func (f kindFlag) String() string {
+	if f.k == nil {
+		return ""
+	}
+	return f.k.String()
+}
+
+func (f kindFlag) Set(s string) error {
+	k, err := profile.ParseKind(s)
+	*f.k = k
+	return err
 }
 
 // apiError says in one line what went wrong talking to the agent.

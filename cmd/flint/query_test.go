@@ -50,6 +50,9 @@ func TestParseQueryCommands(t *testing.T) {
 			return q.Diff && q.BaseFrom == "now-1d" && q.Format == profile.FormatJSON
 		}},
 		{args: "query --normalize", check: func(c any) bool { return c.(*QueryConfig).Diff }},
+		{args: "query", check: func(c any) bool { return c.(*QueryConfig).Type == profile.CPU }},
+		{args: "query --type off-cpu", check: func(c any) bool { return c.(*QueryConfig).Type == profile.OffCPU }},
+		{args: "query --type wall", check: func(c any) bool { return c.(*QueryConfig).Type == profile.Wall }},
 		{args: "query -o default.pgo", check: func(c any) bool { return c.(*QueryConfig).Format == profile.FormatPprof }},
 		{args: "query --server node:7070/", check: func(c any) bool { return c.(*QueryConfig).Server == "http://node:7070" }},
 		{args: "query", env: map[string]string{"FLINT_SERVER": "https://n:1", "FLINT_TOKEN": "t"}, check: func(c any) bool {
@@ -75,6 +78,7 @@ func TestParseQueryCommands(t *testing.T) {
 		{args: "query --server ftp://x", wantErr: `--server "ftp://x": want a URL`},
 		{args: "query -o out.weird", wantErr: "cannot tell the format"},
 		{args: "query --format xml", wantErr: "unknown format"},
+		{args: "query --type block", wantErr: `profile type "block": want cpu, off-cpu or wall`},
 		{args: "query stray", wantErr: `unexpected argument "stray"`},
 		{args: "top -n -1", wantErr: "-n -1: want a number of functions"},
 		{args: "series --step 500ms", wantErr: "--step 500ms: the smallest step is 1s"},
@@ -147,6 +151,9 @@ func testAgent(t *testing.T, token string) (url string, st *memStore) {
 			},
 		})
 	}
+	// Off-CPU time in the first window, which CPU queries must not see.
+	st.windows = append(st.windows, &profile.Profile{Start: start, Duration: 10 * time.Second, Kind: profile.OffCPU, Period: time.Nanosecond,
+		Samples: []*profile.Sample{{Stack: idle, Count: 3e9, Labels: api}}})
 	srv := httptest.NewServer(server.New(server.Options{Store: st, Token: token}))
 	t.Cleanup(srv.Close)
 	return srv.URL, st
@@ -161,7 +168,7 @@ type memStore struct {
 
 func (m *memStore) each(q store.Query, fn func(w *profile.Profile, s *profile.Sample)) {
 	for _, w := range m.windows {
-		if !w.Start.Before(q.From) && w.Start.Before(q.To) {
+		if w.Kind == q.Type && !w.Start.Before(q.From) && w.Start.Before(q.To) {
 			for _, s := range w.Samples {
 				if q.Selector.Matches(s.Labels) {
 					fn(w, s)
@@ -175,7 +182,10 @@ func (m *memStore) Profile(_ context.Context, q store.Query) (*profile.Profile, 
 	if m.tooLarge {
 		return nil, fmt.Errorf("query profile: %w: profile has more than 1 distinct samples", store.ErrTooLarge)
 	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Period: 10 * time.Millisecond}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: 10 * time.Millisecond}
+	if q.Type != profile.CPU {
+		p.Period = time.Nanosecond
+	}
 	m.each(q, func(_ *profile.Profile, s *profile.Sample) {
 		labels := map[string]string{}
 		for k, v := range s.Labels {
@@ -286,6 +296,11 @@ func TestQuery(t *testing.T) {
 	want := "api;main.main;main.idle 120\napi;main.main;main.work 150\nworker;main.main;worker.loop 120\n"
 	if stdout != want || stderr != "" {
 		t.Errorf("folded to stdout %q (stderr %q), want %q", stdout, stderr, want)
+	}
+
+	stdout, _, err = runCmd(t, "query", "--type", "off-cpu", "-o", "-")
+	if want := "api;main.main;main.idle 3000000000\n"; err != nil || stdout != want {
+		t.Errorf("off-CPU folded %q, %v; want %q", stdout, err, want)
 	}
 
 	// The base is the hour before: empty here, so base counts are 0.

@@ -74,10 +74,9 @@ func (c *RecordConfig) Validate() error {
 		return fmt.Errorf("--transfer %q: want %s or %s", c.Transfer, sampler.Aggregate, sampler.RingBuffer)
 	case c.OffCPU && c.Wall:
 		return errors.New("--off-cpu and --wall exclude each other (--wall has both)")
-	case c.OffCPUMin < 0 || c.OffCPUMin > time.Minute:
-		return fmt.Errorf("--off-cpu-min %s: must be between 0 and 1m", c.OffCPUMin)
-	case c.OffCPUSample < 1 || c.OffCPUSample > 1<<20:
-		return fmt.Errorf("--off-cpu-sample %d: must be between 1 and %d", c.OffCPUSample, 1<<20)
+	}
+	if err := checkOffCPU(c.OffCPUMin, c.OffCPUSample); err != nil {
+		return err
 	}
 	if err := checkUnwindMemory(c.UnwindMemory); err != nil {
 		return err
@@ -136,6 +135,18 @@ func (f formatFlag) Set(s string) error {
 	v, err := profile.ParseFormat(s)
 	*f.f = v
 	return err
+}
+
+// checkOffCPU checks --off-cpu-min and --off-cpu-sample, of flint record
+// and flint agent.
+func checkOffCPU(min time.Duration, sample uint) error {
+	switch {
+	case min < 0 || min > time.Minute:
+		return fmt.Errorf("--off-cpu-min %s: must be between 0 and 1m", min)
+	case sample < 1 || sample > 1<<20:
+		return fmt.Errorf("--off-cpu-sample %d: must be between 1 and %d", sample, 1<<20)
+	}
+	return nil
 }
 
 func parseRecord(args []string) (*RecordConfig, error) {
@@ -303,7 +314,7 @@ func (c *RecordConfig) kind() profile.Kind {
 }
 
 func title(c *RecordConfig) string {
-	what := map[profile.Kind]string{profile.CPU: "CPU", profile.OffCPU: "Blocked time", profile.Wall: "Wall time"}[c.kind()]
+	what := c.kind().Title()
 	switch {
 	case c.PID != 0:
 		return fmt.Sprintf("%s: pid %d", what, c.PID)

@@ -87,6 +87,11 @@ type Options struct {
 	// DoctorEvery is how often flint doctor's detectors examine a window
 	// and store their findings; 0 never.
 	DoctorEvery time.Duration
+	// OffCPU, if set, records where threads wait off the CPU all the time
+	// and stores each window's off-CPU time beside its CPU samples, with
+	// the same labels (MaxStacks is the agent's). Nil records it only
+	// while a /debug/pprof/block request runs, and stores none.
+	OffCPU *sampler.OffCPU
 	// Logf reports events worth an operator's attention; nil discards.
 	Logf func(format string, args ...any)
 	// Loaded, if set, runs once the BPF programs are loaded and attached,
@@ -117,7 +122,8 @@ func DefaultOptions() Options {
 // samples, and draining every second cost the agent 22-27% more CPU
 // (docs/BENCHMARKS.md). It drains every second while it reads the Python
 // frames of some process, whose code objects must be read while it lives,
-// and while an off-CPU profile runs, whose map holds seconds.
+// and while it records off-CPU time (Options.OffCPU, or a live off-CPU
+// profile), whose map holds offCPUStacks: seconds of waits.
 const (
 	checkInterval = time.Second
 	drainBacklog  = 0.5
@@ -140,6 +146,7 @@ type Agent struct {
 
 	// Owned by the run loop.
 	window      []sampler.Sample
+	offWindow   []sampler.Sample // off-CPU time, with Options.OffCPU
 	windowStart time.Time
 	round       uint64
 	lastBPF     time.Duration
@@ -234,13 +241,17 @@ func Run(ctx context.Context, o Options) error {
 		OnNewProc:    a.coll.Announced,
 		UnwindRows:   collect.UnwindRows(o.UnwindMemory),
 		OnStale:      a.coll.Refresh,
-		// Loaded, recording only while a /debug/pprof/block asks.
-		OffCPU: &sampler.OffCPU{Min: sampler.DefaultOffCPUMin, MaxStacks: liveOffCPUStacks},
+		OffCPU:       offCPUOptions(o.OffCPU),
 	})
 	if err != nil {
 		return err
 	}
 	defer a.sampler.Close()
+	if o.OffCPU != nil {
+		if err := a.sampler.SetOffCPU(true); err != nil {
+			return err
+		}
+	}
 	a.coll.SetPython(a.sampler)
 	if a.unwind = collect.StartUnwind(a.coll, a.sampler); a.unwind != nil {
 		defer a.unwind.Close()
@@ -376,7 +387,7 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			if windowDue || a.sampler.Backlog() >= drainBacklog || a.offCPULive > 0 || a.coll.ReadsPython() {
+			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.coll.ReadsPython() {
 				a.drain(now)
 			}
 			if windowDue {
@@ -386,8 +397,13 @@ func (a *Agent) loop(ctx context.Context) {
 	}
 }
 
+// recordsOffCPU reports whether the off-CPU program is attached: always
+// with Options.OffCPU, else while live off-CPU profiles run.
+func (a *Agent) recordsOffCPU() bool { return a.o.OffCPU != nil || a.offCPULive > 0 }
+
 // drain moves samples from the kernel into the current window and to live
-// profiles, and off-CPU time to live off-CPU profiles.
+// profiles, and off-CPU time into the current window (with
+// Options.OffCPU) and to live off-CPU profiles.
 func (a *Agent) drain(now time.Time) {
 	batch, err := a.sampler.Drain()
 	if err != nil {
@@ -396,42 +412,48 @@ func (a *Agent) drain(now time.Time) {
 	a.coll.ReadPython(batch)
 	a.window = append(a.window, batch...)
 	var off []sampler.Sample
-	if a.offCPULive > 0 {
+	if a.recordsOffCPU() {
 		if off, err = a.sampler.DrainOffCPU(); err != nil {
 			a.o.Logf("drain off-CPU time: %v", err)
 		}
 		a.coll.ReadPython(off)
+		if a.o.OffCPU != nil {
+			a.offWindow = append(a.offWindow, off...)
+		}
 	}
 	a.feedLive(batch, off, now)
 }
 
 // flush names the current window and writes it, with the findings of its
-// examination, to the store or the spool. A write that fails (disk full,
-// store unwritable) drops the window, counts it and is logged; sampling
-// goes on and later windows are written when they can be.
+// examination, to the store or the spool, and with Options.OffCPU its
+// off-CPU time as a window of its own, with the same start and labels. A
+// write that fails (disk full, store unwritable) drops the window, counts
+// it and is logged; sampling goes on and later windows are written when
+// they can be.
 func (a *Agent) flush(now time.Time) {
 	a.round++
-	p := a.coll.Profile(a.window, collect.Options{
-		Start: a.windowStart, Duration: now.Sub(a.windowStart), Period: a.period(), Round: a.round,
-	})
+	o := collect.Options{Start: a.windowStart, Duration: now.Sub(a.windowStart), Period: a.period(), Round: a.round}
+	p := a.coll.Profile(a.window, o)
 	a.addSelfCost(p)
 	var findings []store.Finding
 	if a.exam != nil {
 		findings = a.endExamination(a.window, p)
 	}
-	a.window = nil
+	var off *profile.Profile
+	if a.o.OffCPU != nil {
+		o.Period = time.Nanosecond
+		off = a.coll.Profile(a.offWindow, o)
+		collect.TimeProfile(off, profile.OffCPU)
+	}
+	a.window, a.offWindow = nil, nil
 	a.windowStart = now
 
-	err := a.write(p, findings)
-	a.metrics.record(p, err)
-	for _, e := range a.exports {
-		e.Put(p)
+	a.writeWindow(p, findings)
+	if off != nil {
+		a.writeWindow(off, nil)
 	}
-	switch {
-	case err != nil && a.metrics.failing() == 1:
-		a.o.Logf("write window: %v (sampling goes on; windows are dropped until writes succeed)", err)
-	case err == nil && a.metrics.recovered():
-		a.o.Logf("writing windows again after %d dropped", a.metrics.windowsDropped.Load())
+	for _, e := range a.exports {
+		e.Put(p) // the export formats carry CPU samples
 	}
 	a.coll.Forget(a.round)
 	a.sym.Trim(a.coll.Maps)
@@ -439,6 +461,19 @@ func (a *Agent) flush(now time.Time) {
 		a.o.Logf("%v", err)
 	}
 	a.beginExamination(p, time.Now())
+}
+
+// writeWindow writes p and its findings, counts it, and logs the first of
+// a run of failures and the recovery.
+func (a *Agent) writeWindow(p *profile.Profile, findings []store.Finding) {
+	err := a.write(p, findings)
+	a.metrics.record(p, err)
+	switch {
+	case err != nil && a.metrics.failing() == 1:
+		a.o.Logf("write window: %v (sampling goes on; windows are dropped until writes succeed)", err)
+	case err == nil && a.metrics.recovered():
+		a.o.Logf("writing windows again after %d dropped", a.metrics.windowsDropped.Load())
+	}
 }
 
 // write puts a window and its findings into the spool, or writes them to
@@ -507,10 +542,22 @@ func (a *Agent) ownLabels() map[string]string {
 	return l
 }
 
-// liveOffCPUStacks bounds the distinct stacks off-CPU time takes between
-// two drains (a second apart while a /debug/pprof/block runs): 4 MiB of
-// kernel memory.
-const liveOffCPUStacks = 4096
+// offCPUStacks bounds the distinct stacks off-CPU time takes between two
+// drains (a second apart while off-CPU time is recorded): 4 MiB of kernel
+// memory.
+const offCPUStacks = 4096
+
+// offCPUOptions is what the sampler loads for off-CPU time: the agent's
+// options with offCPUStacks, or without them the defaults, for live
+// /debug/pprof/block requests.
+func offCPUOptions(o *sampler.OffCPU) *sampler.OffCPU {
+	out := sampler.OffCPU{Min: sampler.DefaultOffCPUMin}
+	if o != nil {
+		out = *o
+	}
+	out.MaxStacks = offCPUStacks
+	return &out
+}
 
 // liveRequest is a /debug/pprof/profile or /debug/pprof/block in progress.
 type liveRequest struct {
@@ -617,11 +664,11 @@ func (a *Agent) feedLive(batch, off []sampler.Sample, now time.Time) {
 }
 
 // offCPUStarted and offCPUEnded count the live off-CPU profiles in
-// progress: the sampler records off-CPU time while there are any. Called
-// by the run loop only.
+// progress: without Options.OffCPU, the sampler records off-CPU time while
+// there are any. Called by the run loop only.
 func (a *Agent) offCPUStarted() error {
 	a.offCPULive++
-	if a.offCPULive == 1 {
+	if a.offCPULive == 1 && a.o.OffCPU == nil {
 		return a.sampler.SetOffCPU(true)
 	}
 	return nil
@@ -629,7 +676,7 @@ func (a *Agent) offCPUStarted() error {
 
 func (a *Agent) offCPUEnded() {
 	a.offCPULive--
-	if a.offCPULive == 0 {
+	if a.offCPULive == 0 && a.o.OffCPU == nil {
 		a.sampler.SetOffCPU(false)
 		// What the last drain left behind belongs to no one.
 		if _, err := a.sampler.DrainOffCPU(); err != nil {

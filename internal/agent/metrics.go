@@ -36,7 +36,9 @@ func (m *metrics) record(p *profile.Profile, err error) {
 		return
 	}
 	m.windowsWritten.Add(1)
-	m.samplesWritten.Add(p.Total())
+	if p.Kind == profile.CPU { // off-CPU counts are nanoseconds
+		m.samplesWritten.Add(p.Total())
+	}
 	if m.consecutiveFailures.Swap(0) > 0 {
 		m.wasFailing.Store(true)
 	}
@@ -70,15 +72,15 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)
 		gauge("flint_unwind_stale_total", "Times a process ran code outside the mappings its unwind tables list (a library loaded since).", "counter", st.UnwindStale)
 		gauge("flint_python_stacks_total", "Samples of CPython threads whose Python frames were read.", "counter", st.PythonStacks)
-		gauge("flint_off_cpu_spans_total", "Spans off the CPU recorded for /debug/pprof/block.", "counter", st.OffCPUSpans)
+		gauge("flint_off_cpu_spans_total", "Spans off the CPU recorded (with --off-cpu always, else for /debug/pprof/block).", "counter", st.OffCPUSpans)
 		gauge("flint_off_cpu_lost_total", "Spans off the CPU lost to a full map.", "counter", st.OffCPUFull)
 		gauge("flint_python_no_thread_total", "Samples of CPython processes whose thread state was not found (threads that never ran Python).", "counter", st.PythonNoThread)
 	}
 	if a.unwind != nil {
 		writeUnwindMetrics(w, a.unwind.Stats())
 	}
-	gauge("flint_samples_written_total", "Samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
-	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store.", "counter", a.metrics.windowsWritten.Load())
+	gauge("flint_samples_written_total", "CPU samples written to the store, or to the spool in front of a remote store.", "counter", a.metrics.samplesWritten.Load())
+	gauge("flint_windows_written_total", "Windows written to the store, or to the spool in front of a remote store (with --off-cpu, a CPU and an off-CPU one each window).", "counter", a.metrics.windowsWritten.Load())
 	gauge("flint_windows_dropped_total", "Windows dropped because the store (or the spool) could not write them.", "counter", a.metrics.windowsDropped.Load())
 	if a.spool != nil {
 		writeSpoolMetrics(w, a.spool.Stats(), time.Now())

@@ -23,10 +23,11 @@ import (
 // Format bytes: the first byte of each encoding. A decoder refuses other
 // values, so a format change gets a new byte rather than a silent misread.
 // Format 2 adds each frame's start line; decoders read format 1 as well
-// (start lines 0), which older agents wrote to spools and stores.
+// (start lines 0), which older agents wrote to spools and stores. Profile
+// format 3 adds the profile's Kind; formats 1 and 2 read as CPU.
 const (
 	stackFormat   = 2
-	profileFormat = 2
+	profileFormat = 3
 )
 
 // ErrCorrupt reports bytes that are not a valid encoding.
@@ -164,6 +165,7 @@ func (p *Profile) MarshalBinary() ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(p.Start.Nanosecond()))
 	b = binary.AppendVarint(b, int64(p.Duration))
 	b = binary.AppendVarint(b, int64(p.Period))
+	b = append(b, byte(p.Kind))
 	b = binary.AppendUvarint(b, uint64(len(e.stringList)))
 	for _, s := range e.stringList {
 		b = appendString(b, s)
@@ -218,7 +220,7 @@ func (p *Profile) MarshalBinary() ([]byte, error) {
 func (p *Profile) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
 	format := d.byte()
-	if format != 1 && format != profileFormat {
+	if format < 1 || format > profileFormat {
 		return d.fail(fmt.Errorf("%w: profile format %d, want 1 to %d", ErrCorrupt, format, profileFormat))
 	}
 	sec := d.varint()
@@ -227,6 +229,11 @@ func (p *Profile) UnmarshalBinary(b []byte) error {
 		d.setErr(fmt.Errorf("%w: nanoseconds %d", ErrCorrupt, nsec))
 	}
 	out := Profile{Start: time.Unix(sec, int64(nsec)), Duration: time.Duration(d.varint()), Period: time.Duration(d.varint())}
+	if format >= 3 {
+		if out.Kind = Kind(d.byte()); out.Kind > Wall {
+			d.setErr(fmt.Errorf("%w: profile kind %d", ErrCorrupt, out.Kind))
+		}
+	}
 
 	strs := make([]string, 0, d.count(1))
 	for range cap(strs) {

@@ -50,7 +50,9 @@ func sameProfile(t *testing.T, got, want *Profile) {
 }
 
 func TestProfileRoundTrip(t *testing.T) {
-	for _, p := range []*Profile{codecWindow(), {}, {Start: time.Unix(0, 0), Samples: []*Sample{}}} {
+	offCPU := codecWindow()
+	offCPU.Kind, offCPU.Period = OffCPU, time.Nanosecond
+	for _, p := range []*Profile{codecWindow(), offCPU, {}, {Start: time.Unix(0, 0), Samples: []*Sample{}}} {
 		b, err := p.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
@@ -153,13 +155,14 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"window truncated", window[:len(window)-1], false},
 		{"window trailing", append(window[:len(window):len(window)], 0), false},
 		{"nanoseconds", []byte{profileFormat, 0, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0, 0, 0, 0, 0, 0, 0}, false},
-		{"huge string count", []byte{profileFormat, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f}, false},
+		{"kind", []byte{profileFormat, 0, 0, 0, 0, 3, 0, 0, 0, 0}, false},
+		{"huge string count", []byte{profileFormat, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f}, false},
 		// one string, no mappings, one location naming mapping 1
-		{"mapping index", []byte{profileFormat, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 0, 0}, false},
+		{"mapping index", []byte{profileFormat, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 0, 0}, false},
 		// one string, one location, one label set, one sample of location 3
-		{"location index", []byte{profileFormat, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 1, 2, 0, 1, 3}, false},
-		{"label set index", []byte{profileFormat, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 5, 0}, false},
-		{"repeated label", []byte{profileFormat, 0, 0, 0, 0, 1, 1, 'a', 0, 0, 1, 2, 0, 0, 0, 0, 0}, false},
+		{"location index", []byte{profileFormat, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 1, 2, 0, 1, 3}, false},
+		{"label set index", []byte{profileFormat, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 5, 0}, false},
+		{"repeated label", []byte{profileFormat, 0, 0, 0, 0, 0, 1, 1, 'a', 0, 0, 1, 2, 0, 0, 0, 0, 0}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,7 +195,7 @@ func FuzzCodec(f *testing.F) {
 	w, _ := codecWindow().MarshalBinary()
 	f.Add(w)
 	f.Add(AppendStack(nil, codecWindow().Samples[1].Stack))
-	f.Add([]byte{profileFormat, 0, 0, 0, 0, 1, 1, 'a', 0, 0, 1, 1, 0, 0, 1, 2, 0, 0})
+	f.Add([]byte{profileFormat, 0, 0, 0, 0, 0, 1, 1, 'a', 0, 0, 1, 1, 0, 0, 1, 2, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Varints may be longer than needed, so compare decoded values,
 		// not bytes.

@@ -27,12 +27,12 @@ const LabelBase = "pprof::base"
 func Diff(base, current *Profile) *Profile {
 	d := &Profile{}
 	if current != nil {
-		d.Start, d.Duration, d.Period = current.Start, current.Duration, current.Period
+		d.Start, d.Duration, d.Kind, d.Period = current.Start, current.Duration, current.Kind, current.Period
 		d.Samples = append(d.Samples, current.Samples...)
 	}
 	if base != nil {
 		if current == nil {
-			d.Period = base.Period
+			d.Kind, d.Period = base.Kind, base.Period
 		}
 		for _, s := range base.Samples {
 			labels := make(map[string]string, len(s.Labels)+1)
@@ -52,8 +52,8 @@ func isBase(s *Sample) bool { return s.Labels[LabelBase] == "true" }
 // SplitDiff separates a profile made by Diff into its base and current
 // profiles, base counts positive again and without the LabelBase label.
 func SplitDiff(d *Profile) (base, current *Profile) {
-	base = &Profile{Period: d.Period}
-	current = &Profile{Start: d.Start, Duration: d.Duration, Period: d.Period}
+	base = &Profile{Kind: d.Kind, Period: d.Period}
+	current = &Profile{Start: d.Start, Duration: d.Duration, Kind: d.Kind, Period: d.Period}
 	for _, s := range d.Samples {
 		if !isBase(s) {
 			current.Samples = append(current.Samples, s)
@@ -75,7 +75,7 @@ func SplitDiff(d *Profile) (base, current *Profile) {
 // Scale(base, float64(current.Total())/float64(base.Total())) normalizes a
 // base profile before Diff, as `go tool pprof -normalize` does.
 func Scale(p *Profile, ratio float64) *Profile {
-	out := &Profile{Start: p.Start, Duration: p.Duration, Period: p.Period}
+	out := &Profile{Start: p.Start, Duration: p.Duration, Kind: p.Kind, Period: p.Period}
 	for _, s := range p.Samples {
 		c := math.Round(float64(s.Count) * ratio)
 		if c == 0 || math.IsNaN(c) {
@@ -193,6 +193,8 @@ type DiffNode struct {
 	BaseSelf int64       `json:"base_self"`    // base samples in this frame itself
 	Self     int64       `json:"current_self"` // current samples in this frame itself
 	Children []*DiffNode `json:"children,omitempty"`
+	// Unit, on the root, is how counts read, as Node's.
+	Unit string `json:"unit,omitempty"`
 }
 
 // DiffTree builds the call tree of a profile made by Diff: Tree's nodes for
@@ -200,7 +202,7 @@ type DiffNode struct {
 // side only has 0 on the other. Children are sorted by name, then kind.
 func (d *Profile) DiffTree() *DiffNode {
 	base, current := SplitDiff(d)
-	root := &DiffNode{Name: "all", Kind: KindRoot}
+	root := &DiffNode{Name: "all", Kind: KindRoot, Unit: d.Kind.Unit()}
 	mergeTree(root, base.Tree(), true)
 	mergeTree(root, current.Tree(), false)
 	sortDiffTree(root)

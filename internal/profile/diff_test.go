@@ -167,6 +167,13 @@ func TestDiffTree(t *testing.T) {
 	if d := (&DiffNode{Current: 3}).Delta(0, 3); d != 1 {
 		t.Errorf("delta against an empty base %g, want 1", d)
 	}
+	if root.Unit != "" {
+		t.Errorf("CPU diff's unit %q, want none (samples)", root.Unit)
+	}
+	base.Kind, current.Kind = OffCPU, OffCPU
+	if u := Diff(Scale(base, 2), current).DiffTree().Unit; u != "ns" {
+		t.Errorf("off-CPU diff's unit %q, want ns", u)
+	}
 }
 
 func TestDiffFlameGraphs(t *testing.T) {

@@ -44,6 +44,33 @@ const (
 	Wall               // nanoseconds on the CPU and off it
 )
 
+// kindNames are the names of the kinds in flint's API and command line.
+var kindNames = [...]string{CPU: "cpu", OffCPU: "off-cpu", Wall: "wall"}
+
+// String is the kind's name: cpu, off-cpu or wall.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind %d", k)
+}
+
+// ParseKind reads a kind's name, as String writes it.
+func ParseKind(s string) (Kind, error) {
+	for k, name := range kindNames {
+		if s == name {
+			return Kind(k), nil
+		}
+	}
+	return 0, fmt.Errorf("profile type %q: want cpu, off-cpu or wall", s)
+}
+
+// Title is what a profile of the kind shows, for a title: "CPU",
+// "Blocked time", "Wall time".
+func (k Kind) Title() string {
+	return map[Kind]string{CPU: "CPU", OffCPU: "Blocked time", Wall: "Wall time"}[k]
+}
+
 // Unit is how a tree's counts read: "" for samples, "ns" for time.
 func (k Kind) Unit() string {
 	if k == CPU {

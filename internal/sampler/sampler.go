@@ -471,10 +471,15 @@ func (s *Sampler) Stats() (Stats, error) {
 	return st, nil
 }
 
-// ProgramStats returns the BPF programs' total run time and runs, counted
-// while kernel BPF statistics are enabled (see EnableStats).
+// ProgramStats returns the BPF programs' total run time and runs, the
+// off-CPU program's included when it is loaded, counted while kernel BPF
+// statistics are enabled (see EnableStats).
 func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error) {
-	for _, p := range []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork} {
+	progs := []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork}
+	if s.objs.OnSwitch != nil { // with Options.OffCPU
+		progs = append(progs, s.objs.OnSwitch)
+	}
+	for _, p := range progs {
 		st, err := p.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("read program stats: %w", err)

@@ -99,7 +99,7 @@ func (s *server) handleProfile(w http.ResponseWriter, r *http.Request) error {
 	}
 	fillRange(p, req.query)
 	var buf bytes.Buffer
-	if err := profile.Write(&buf, p, req.format, s.title("CPU", req.query)); err != nil {
+	if err := profile.Write(&buf, p, req.format, s.title(req.query.Type.Title(), req.query)); err != nil {
 		return fmt.Errorf("encode profile: %w", err)
 	}
 	writeProfile(w, req.format, "flint", &buf)
@@ -144,7 +144,7 @@ func (s *server) handleDiff(w http.ResponseWriter, r *http.Request) error {
 		base = profile.Scale(base, float64(current.Total())/float64(base.Total()))
 	}
 	var buf bytes.Buffer
-	title := s.title("CPU", req.current) + " vs " + rangeText(req.base)
+	title := s.title(req.current.Type.Title(), req.current) + " vs " + rangeText(req.base)
 	if err := profile.WriteDiff(&buf, profile.Diff(base, current), req.format, title); err != nil {
 		return fmt.Errorf("encode diff: %w", err)
 	}

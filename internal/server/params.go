@@ -346,6 +346,19 @@ func (p *params) labels(f profile.Format) ([]string, error) {
 	return names, nil
 }
 
+// profileType reads the type parameter: cpu (the default), off-cpu or
+// wall.
+func (p *params) profileType() (profile.Kind, error) {
+	if !p.has("type") {
+		return profile.CPU, nil
+	}
+	k, err := profile.ParseKind(p.get("type"))
+	if err != nil {
+		return 0, &paramError{"type", err}
+	}
+	return k, nil
+}
+
 func (p *params) bool(name string) (bool, error) {
 	if !p.has(name) {
 		return false, nil
@@ -378,12 +391,15 @@ type profileRequest struct {
 }
 
 func parseProfileRequest(v url.Values, now time.Time) (*profileRequest, error) {
-	p, err := newParams(v, now, "from", "to", "selector", "format", "labels")
+	p, err := newParams(v, now, "from", "to", "selector", "format", "labels", "type")
 	if err != nil {
 		return nil, err
 	}
 	r := &profileRequest{}
 	if r.query.From, r.query.To, err = p.timeRange(); err != nil {
+		return nil, err
+	}
+	if r.query.Type, err = p.profileType(); err != nil {
 		return nil, err
 	}
 	if r.query.Selector, err = p.selector("selector"); err != nil {
@@ -406,7 +422,7 @@ type diffRequest struct {
 }
 
 func parseDiffRequest(v url.Values, now time.Time) (*diffRequest, error) {
-	p, err := newParams(v, now, "base_from", "base_to", "from", "to", "selector", "base_selector", "format", "labels", "normalize")
+	p, err := newParams(v, now, "base_from", "base_to", "from", "to", "selector", "base_selector", "format", "labels", "normalize", "type")
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +471,10 @@ func parseDiffRequest(v url.Values, now time.Time) (*diffRequest, error) {
 		return nil, err
 	}
 	b.KeepLabels = c.KeepLabels
+	if c.Type, err = p.profileType(); err != nil {
+		return nil, err
+	}
+	b.Type = c.Type
 	if r.normalize, err = p.bool("normalize"); err != nil {
 		return nil, err
 	}
@@ -470,13 +490,16 @@ type seriesRequest struct {
 }
 
 func parseSeriesRequest(v url.Values, now time.Time) (*seriesRequest, error) {
-	p, err := newParams(v, now, "from", "to", "selector", "by", "step", "limit")
+	p, err := newParams(v, now, "from", "to", "selector", "by", "step", "limit", "type")
 	if err != nil {
 		return nil, err
 	}
 	r := &seriesRequest{limit: defaultLimit}
 	q := &r.query
 	if q.From, q.To, err = p.timeRange(); err != nil {
+		return nil, err
+	}
+	if q.Type, err = p.profileType(); err != nil {
 		return nil, err
 	}
 	if q.Selector, err = p.selector("selector"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/store"
 )
 
@@ -44,6 +45,55 @@ func TestSQLiteStore(t *testing.T) {
 				t.Errorf("sqlite: %d %.500s\nfake: %d %.500s", got.Code, got.Body, exp.Code, exp.Body)
 			}
 		})
+	}
+}
+
+// TestSQLiteProfileTypes asks the real store for each profile type: an
+// off-CPU window beside the CPU windows shows only with type=off-cpu, in
+// nanoseconds, and with type=wall beside the CPU samples in nanoseconds.
+func TestSQLiteProfileTypes(t *testing.T) {
+	o := store.DefaultOptions()
+	o.Retention, o.CompactInterval = 0, 0
+	st, err := store.Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fake := newFakeStore()
+	for _, w := range fake.windows {
+		if err := st.Write(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, idle, _ := testStack()
+	first := fake.windows[0]
+	off := &profile.Profile{Start: first.Start, Duration: first.Duration, Kind: profile.OffCPU, Period: time.Nanosecond,
+		Samples: []*profile.Sample{{Stack: idle, Count: 5e9, Labels: first.Samples[0].Labels}}}
+	if err := st.Write(context.Background(), off); err != nil {
+		t.Fatal(err)
+	}
+	h := newServer(Options{Store: st}, func() time.Time { return testNow })
+	cpu := get(h, http.MethodGet, "/api/v1/profile?format=folded", nil).Body.String()
+	for _, tc := range []struct {
+		target string
+		want   string
+	}{
+		{"/api/v1/profile?format=folded&type=cpu", cpu},
+		{"/api/v1/profile?format=folded&type=off-cpu", "api;main.main;main.idle 5000000000\n"},
+		// 120, 150 and 120 samples of 10 ms, and 5 s off the CPU in main.idle.
+		{"/api/v1/profile?format=folded&type=wall", "api;main.main;main.idle 6200000000\napi;main.main;main.work 1500000000\nworker;main.main;worker.loop 1200000000\n"},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			w := get(h, http.MethodGet, tc.target, nil)
+			if w.Code != 200 || w.Body.String() != tc.want {
+				t.Errorf("%d %q, want %q", w.Code, w.Body, tc.want)
+			}
+		})
+	}
+	w := get(h, http.MethodGet, "/api/v1/series?from=now-1h&to=now-58m&step=1m&type=off-cpu", nil)
+	s := decode[SeriesResponse](t, w)
+	if len(s.Series) != 1 || s.Series[0].Samples != 5e9 || s.Series[0].Points[0][1] != 5e9/60 {
+		t.Errorf("off-CPU series %+v, want 5 s of api in the first minute", s)
 	}
 }
 

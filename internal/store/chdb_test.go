@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
 )
 
 // TestChdb replays every statement the ClickHouse store sends, on a real
@@ -39,7 +41,11 @@ func TestChdb(t *testing.T) {
 	ps := mixedWindows(wl, 12)
 	old := wl.window(0)
 	old.Start = t0.Add(-5 * 24 * time.Hour)
-	ps = append(ps, old)
+	// Off-CPU time beside a CPU window, one count beyond a UInt32.
+	off := wl.window(1)
+	off.Kind, off.Period = profile.OffCPU, time.Nanosecond
+	off.Samples[0].Count = 5e9
+	ps = append(ps, old, off)
 	for i, p := range ps {
 		if err := s.WriteWindow(ctx, p, []Finding{finding(p.Start, "busy-poll", "svc1")}, i%2 == 0); err != nil {
 			t.Fatal(err)
@@ -61,6 +67,14 @@ func TestChdb(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := s.Findings(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, typ := range []profile.Kind{profile.OffCPU, profile.Wall} {
+		q := hour
+		q.Type = typ
+		query(t, s, q)
+		if _, err := s.Series(ctx, SeriesQuery{Query: q, By: "comm", Step: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -43,7 +43,7 @@ var _ Store = (*ClickHouse)(nil)
 
 // chSchemaVersion is the version of the ClickHouse schema this code writes
 // and reads; docs/STORE.md describes each.
-const chSchemaVersion = 1
+const chSchemaVersion = 2
 
 // minVersion is the oldest ClickHouse release flint is tested with.
 var minVersion = [2]int{18, 16}
@@ -150,13 +150,13 @@ var chTables = []chTable{
 		columns: [][2]string{{"version", "UInt32"}, {"written", "DateTime"}},
 		engine:  "MergeTree ORDER BY version"},
 	{name: "samples",
-		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"stack", "UInt64"}, {"count", "UInt32"}},
+		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"stack", "UInt64"}, {"count", "UInt32"}, {"type", "UInt8"}},
 		engine:  "MergeTree PARTITION BY day ORDER BY (labels, start, stack)"},
 	// A window's samples summed per label set, written after them: the
 	// timeline (Series) reads one row per process and window instead of
 	// one per stack.
 	{name: "totals",
-		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"count", "UInt64"}},
+		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"labels", "UInt64"}, {"count", "UInt64"}, {"type", "UInt8"}},
 		engine:  "MergeTree PARTITION BY day ORDER BY (labels, start)"},
 	{name: "labelsets",
 		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"hash", "UInt64"}, {"names", "Array(String)"}, {"values", "Array(String)"}},
@@ -164,6 +164,9 @@ var chTables = []chTable{
 	{name: "stacks",
 		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"hash", "UInt64"}, {"body", "String"}},
 		engine:  "ReplacingMergeTree PARTITION BY day ORDER BY hash"},
+	// CPU windows only: ordered by (node, start), an off-CPU window of the
+	// same start would replace its CPU window when parts merge, and its
+	// period is always 1 ns.
 	{name: "windows",
 		columns: [][2]string{{"day", "Date"}, {"node", "String"}, {"start", "Int64"}, {"duration", "Int64"}, {"period", "Int64"}, {"samples", "UInt64"}},
 		engine:  "ReplacingMergeTree PARTITION BY day ORDER BY (node, start)"},
@@ -172,6 +175,12 @@ var chTables = []chTable{
 			{"severity", "String"}, {"names", "Array(String)"}, {"values", "Array(String)"}, {"body", "String"}},
 		engine: "MergeTree PARTITION BY day ORDER BY (start, node, detector)"},
 }
+
+// chAdded names the columns added after version 1, "table.column", with
+// the version that added them: ALTER TABLE adds them to an older database,
+// and rows written before read as the type's zero (type 0: CPU). They come
+// last in chTables, where ADD COLUMN puts them.
+var chAdded = map[string]uint32{"samples.type": 2, "totals.type": 2}
 
 // dataName is the table that holds t's rows on each server: over a
 // cluster, the local table under the Distributed one.
@@ -220,17 +229,55 @@ func migrateClickHouse(ctx context.Context, h *chClient, cluster string) error {
 			return fmt.Errorf("create schema: %w", err)
 		}
 	}
+	if version > 0 && version < chSchemaVersion {
+		if err := addColumns(ctx, h, cluster, version); err != nil {
+			return err
+		}
+	}
 	if err := checkColumns(ctx, h, cluster); err != nil {
 		return err
 	}
 	if version < chSchemaVersion {
-		// Version 1 is the first: nothing to convert from 0, an empty
-		// database.
 		var w rowWriter
 		w.uint32(chSchemaVersion)
 		w.uint32(uint32(time.Now().Unix()))
 		if err := h.insert(ctx, "meta", w.b, nil); err != nil {
 			return fmt.Errorf("write schema version: %w", err)
+		}
+	}
+	return nil
+}
+
+// addColumns adds to a database of schema version the columns later
+// versions added, to the data and the Distributed tables. Another agent
+// may add one meanwhile: an ALTER that fails is an error only when the
+// column is still missing.
+func addColumns(ctx context.Context, h *chClient, cluster string, version uint32) error {
+	have, err := columnsOf(ctx, h)
+	if err != nil {
+		return err
+	}
+	for _, t := range chTables {
+		names := []string{t.name}
+		if name := t.dataName(cluster); name != t.name {
+			names = []string{name, t.name} // the data table first: the Distributed one reads it
+		}
+		for _, c := range t.columns {
+			if v, ok := chAdded[t.name+"."+c[0]]; !ok || v <= version {
+				continue
+			}
+			for _, name := range names {
+				if _, ok := have[name+"."+c[0]]; ok {
+					continue
+				}
+				err := h.exec(ctx, fmt.Sprintf("ALTER TABLE %s.%s ADD COLUMN %s %s", h.database, name, c[0], c[1]), nil)
+				if err == nil {
+					continue
+				}
+				if now, rerr := columnsOf(ctx, h); rerr != nil || now[name+"."+c[0]] == "" {
+					return fmt.Errorf("migrate schema %d to %d: add column %s.%s: %w", version, chSchemaVersion, name, c[0], err)
+				}
+			}
 		}
 	}
 	return nil
@@ -275,10 +322,9 @@ func schemaVersionOf(ctx context.Context, h *chClient) (uint32, error) {
 	return uint32(v), nil
 }
 
-// checkColumns checks that every table has the columns flint writes, with
-// their types: a table of the same name made by something else fails here
-// rather than at the first insert.
-func checkColumns(ctx context.Context, h *chClient, cluster string) error {
+// columnsOf returns the type of every column of h's database by
+// "table.column".
+func columnsOf(ctx context.Context, h *chClient) (map[string]string, error) {
 	have := map[string]string{}
 	err := h.query(ctx, "SELECT table, name, type FROM system.columns WHERE database = "+quote(h.database), nil, func(r *rowReader) error {
 		t, n, typ := r.string(), r.string(), r.string()
@@ -286,7 +332,18 @@ func checkColumns(ctx context.Context, h *chClient, cluster string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("read schema: %w", err)
+		return nil, fmt.Errorf("read schema: %w", err)
+	}
+	return have, nil
+}
+
+// checkColumns checks that every table has the columns flint writes, with
+// their types: a table of the same name made by something else fails here
+// rather than at the first insert.
+func checkColumns(ctx context.Context, h *chClient, cluster string) error {
+	have, err := columnsOf(ctx, h)
+	if err != nil {
+		return err
 	}
 	for _, t := range chTables {
 		names := []string{t.name}
@@ -461,6 +518,9 @@ func (c *ClickHouse) WriteWindow(ctx context.Context, p *profile.Profile, fs []F
 	if p == nil {
 		return errors.New("write window: nil profile")
 	}
+	if err := checkWriteKind(p); err != nil {
+		return fmt.Errorf("write window: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -566,15 +626,17 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 	var stored windowState
 	if resend {
 		var err error
-		if stored, err = c.windowStored(ctx, day, start, nodeOf); err != nil {
+		if stored, err = c.windowStored(ctx, day, start, p.Kind, nodeOf); err != nil {
 			return err
 		}
 	}
 
 	rows := make([]sampleRow, 0, len(counts))
 	for k, n := range counts {
-		if n > math.MaxUint32 {
-			return fmt.Errorf("%d samples of one stack in one window do not fit a UInt32", n)
+		// A count beyond a UInt32 (4.3 s off the CPU, of one stack's
+		// threads in one window) takes several rows: queries sum them.
+		for ; n > math.MaxUint32; n -= math.MaxUint32 {
+			rows = append(rows, sampleRow{labels: k.labels, stack: k.stack, count: math.MaxUint32})
 		}
 		k.count = n
 		rows = append(rows, k)
@@ -595,6 +657,7 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 		samples.uint64(r.labels)
 		samples.uint64(r.stack)
 		samples.uint32(uint32(r.count))
+		samples.uint8(uint8(p.Kind))
 		// rows are sorted by label set: its total ends with its last row.
 		labelTotal += r.count
 		if i == len(rows)-1 || rows[i+1].labels != r.labels {
@@ -603,16 +666,19 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 			totals.int64(start)
 			totals.uint64(r.labels)
 			totals.uint64(uint64(labelTotal))
+			totals.uint8(uint8(p.Kind))
 			labelTotal = 0
 		}
 	}
 	var window rowWriter
-	window.date(day)
-	window.string(node)
-	window.int64(start)
-	window.int64(int64(p.Duration))
-	window.int64(int64(p.Period))
-	window.uint64(uint64(total))
+	if p.Kind == profile.CPU {
+		window.date(day)
+		window.string(node)
+		window.int64(start)
+		window.int64(int64(p.Duration))
+		window.int64(int64(p.Period))
+		window.uint64(uint64(total))
+	}
 
 	// The samples are the window's commit point; its totals follow. A
 	// resend writes what the lost attempt did not.
@@ -642,10 +708,10 @@ func (c *ClickHouse) writeWindow(ctx context.Context, p *profile.Profile, resend
 // windowState is what an earlier attempt stored of a window.
 type windowState struct{ samples, totals bool }
 
-// windowStored reports which of the samples and totals of the window
-// starting at start with these label sets are stored. Each INSERT is
-// atomic, so any row of one means all of them.
-func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, labelSets map[uint64]string) (windowState, error) {
+// windowStored reports which of the samples and totals of the window of
+// type kind starting at start with these label sets are stored. Each
+// INSERT is atomic, so any row of one means all of them.
+func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, kind profile.Kind, labelSets map[uint64]string) (windowState, error) {
 	if len(labelSets) == 0 {
 		return windowState{}, nil
 	}
@@ -658,7 +724,8 @@ func (c *ClickHouse) windowStored(ctx context.Context, day uint16, start int64, 
 		table  string
 		stored *bool
 	}{{"samples", &st.samples}, {"totals", &st.totals}} {
-		q := fmt.Sprintf("SELECT count() FROM %s WHERE day = %s AND start = %d AND labels IN (%s)", t.table, dateLit(day), start, strings.Join(hs, ","))
+		q := fmt.Sprintf("SELECT count() FROM %s WHERE day = %s AND start = %d AND type = %d AND labels IN (%s)",
+			t.table, dateLit(day), start, kind, strings.Join(hs, ","))
 		err := c.queryRows(ctx, q, func(r *rowReader) error {
 			*t.stored = r.uint64() > 0
 			return nil

@@ -394,6 +394,7 @@ type rowWriter struct{ b []byte }
 func (w *rowWriter) uint64(v uint64) { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
 func (w *rowWriter) int64(v int64)   { w.uint64(uint64(v)) }
 func (w *rowWriter) uint32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *rowWriter) uint8(v uint8)   { w.b = append(w.b, v) }
 
 // date appends a Date: days since 1970-01-01 as a UInt16.
 func (w *rowWriter) date(d uint16) { w.b = binary.LittleEndian.AppendUint16(w.b, d) }

@@ -70,10 +70,10 @@ func chDays(from, to time.Time) string {
 	return fmt.Sprintf("day BETWEEN %s AND %s", dateLit(dayOf(from)), dateLit(dayOf(to.Add(-1))))
 }
 
-// chSamples is the WHERE condition of the samples of [from, to) whose
-// label sets match cond.
-func chSamples(cond string, from, to time.Time) string {
-	w := chRange(from, to)
+// chSamples is the WHERE condition of the samples (or totals) of type t
+// of [from, to) whose label sets match cond.
+func chSamples(cond string, t profile.Kind, from, to time.Time) string {
+	w := chRange(from, to) + " AND type = " + strconv.Itoa(int(t))
 	if cond != "1" {
 		w += " AND labels IN (SELECT hash FROM labelsets WHERE " + chDays(from, to) + " AND " + cond + ")"
 	}
@@ -99,6 +99,12 @@ func (c *ClickHouse) Profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err := checkRange(c.opts, "profile", q.From, q.To); err != nil {
 		return nil, err
 	}
+	if err := checkQueryType(q.Type); err != nil {
+		return nil, err
+	}
+	if q.Type == profile.Wall {
+		return wallProfile(ctx, c, q)
+	}
 	p, err := c.profile(ctx, q)
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrBadQuery) {
@@ -114,7 +120,7 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, err
 	}
-	where := chSamples(cond, q.From, q.To)
+	where := chSamples(cond, q.Type, q.From, q.To)
 	kn, kv := "names", "values"
 	switch {
 	case q.KeepLabels == nil:
@@ -190,9 +196,11 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if c.opts.MaxStacks > 0 && len(rows) > c.opts.MaxStacks {
 		return nil, errTooManyStacks(c.opts.MaxStacks)
 	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From)}
-	if p.Period, err = c.period(ctx, q.From, q.To); err != nil {
-		return nil, err
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
+	if q.Type == profile.CPU {
+		if p.Period, err = c.cpuPeriod(ctx, q.From, q.To); err != nil {
+			return nil, err
+		}
 	}
 	if len(rows) == 0 {
 		return p, nil
@@ -244,8 +252,9 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	return p, nil
 }
 
-// period returns the sampling period most windows in [from, to) have.
-func (c *ClickHouse) period(ctx context.Context, from, to time.Time) (time.Duration, error) {
+// cpuPeriod returns the sampling period most windows (CPU windows: no
+// other type is in the table) in [from, to) have.
+func (c *ClickHouse) cpuPeriod(ctx context.Context, from, to time.Time) (time.Duration, error) {
 	var p int64
 	err := c.queryRows(ctx, "SELECT period FROM windows WHERE "+chRange(from, to)+
 		" GROUP BY period ORDER BY count() DESC, period LIMIT 1", func(r *rowReader) error {
@@ -264,6 +273,9 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 	if err != nil {
 		return nil, err
 	}
+	if q.Type == profile.Wall {
+		return wallSeries(ctx, c, q)
+	}
 	cond, err := chCondition(q.Selector)
 	if err != nil {
 		return nil, err
@@ -277,7 +289,7 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 	// set, step) first makes a group of every process's every window.
 	sql := fmt.Sprintf("SELECT v, intDiv(start - %d, %d) AS b, sum(count) FROM totals ALL INNER JOIN (SELECT hash AS labels,"+
 		" any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s GROUP BY hash) AS l USING labels WHERE %s GROUP BY v, b%s",
-		from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.From, q.To), limit)
+		from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.Type, q.From, q.To), limit)
 	index := map[string]int{}
 	var values []string
 	var points [][]int64

@@ -88,7 +88,7 @@ func TestClickHouseBadInput(t *testing.T) {
 		{"unknown parameter", newDatabase(t, "compress=1"), `parameter "compress" unknown`, nil},
 		{"bad database name", "clickhouse://127.0.0.1:8123/a-b", "database name", nil},
 		{"bad timeout", newDatabase(t, "timeout=soon"), "timeout", nil},
-		{"newer schema", newer, "schema version 99, this flint reads up to 1", ErrNewerSchema},
+		{"newer schema", newer, fmt.Sprintf("schema version 99, this flint reads up to %d", chSchemaVersion), ErrNewerSchema},
 		{"foreign table", foreign, "has no column day", nil},
 		{"wrong type", wrongType, "hash is UInt32", nil},
 	}
@@ -127,6 +127,70 @@ func dbOf(dsn string) string {
 		panic(err)
 	}
 	return d.database
+}
+
+// TestClickHouseMigrate opens databases of schema version 1, before
+// profile types, on one server and over a cluster of two shards: the agent
+// adds the columns, to the Distributed tables too, and the old windows
+// read as CPU.
+func TestClickHouseMigrate(t *testing.T) {
+	t.Run("one server", func(t *testing.T) {
+		srv := sharedClickHouse(t)
+		dsn := newDatabase(t)
+		migrateFromV1(t, dsn, []*chtest.Server{srv}, dbOf(dsn), false)
+	})
+	t.Run("shards", func(t *testing.T) {
+		servers := chtest.StartCluster(t, "flint_shards", 2)
+		hosts := make([]string, len(servers))
+		for i, s := range servers {
+			hosts[i] = fmt.Sprintf("127.0.0.1:%d", s.HTTPPort)
+		}
+		migrateFromV1(t, "clickhouse://"+strings.Join(hosts, ",")+"/flint?cluster=flint_shards", servers, "flint", true)
+	})
+}
+
+// migrateFromV1 writes a window into the store at dsn, takes its database
+// db back to schema version 1 on every server, opens it again and checks
+// what the migration kept and what it lets write.
+func migrateFromV1(t *testing.T, dsn string, servers []*chtest.Server, db string, cluster bool) {
+	w := newWorkload(t0).window(0)
+	old := openClickHouse(t, dsn, testOptions())
+	write(t, old, w)
+	old.Close()
+	for _, srv := range servers {
+		for _, table := range []string{"samples", "totals"} {
+			chExec(t, srv, db, "ALTER TABLE "+table+" DROP COLUMN type")
+			if cluster {
+				chExec(t, srv, db, "ALTER TABLE "+table+"_local DROP COLUMN type")
+			}
+		}
+		chExec(t, srv, db, "DROP TABLE meta")
+		chExec(t, srv, db, "CREATE TABLE meta (version UInt32, written DateTime) ENGINE = MergeTree ORDER BY version")
+		chExec(t, srv, db, "INSERT INTO meta VALUES (1, now())")
+	}
+
+	s := openClickHouse(t, dsn, testOptions())
+	for i, h := range s.hosts {
+		if v, err := schemaVersionOf(context.Background(), h); err != nil || v != chSchemaVersion {
+			t.Errorf("host %d: schema version %d, %v; want %d", i, v, err, chSchemaVersion)
+		}
+	}
+	q := Query{From: w.Start, To: w.Start.Add(w.Duration)}
+	if p := query(t, s, q); p.Total() != w.Total() || p.Period != w.Period {
+		t.Errorf("CPU profile of the old window: %d samples of %s, want %d of %s", p.Total(), p.Period, w.Total(), w.Period)
+	}
+	q.Type = profile.OffCPU
+	if p := query(t, s, q); len(p.Samples) != 0 {
+		t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
+	}
+	// A new window of each type goes in beside the old one.
+	next := newWorkload(t0).window(1)
+	next.Kind, next.Period = profile.OffCPU, time.Nanosecond
+	write(t, s, next)
+	q.To = next.Start.Add(next.Duration)
+	if p := query(t, s, q); p.Total() != next.Total() {
+		t.Errorf("off-CPU profile after migration: %d ns, want %d", p.Total(), next.Total())
+	}
 }
 
 func TestClickHouseConcurrentOpen(t *testing.T) {

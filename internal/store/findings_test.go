@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flint-dev/flint/internal/profile"
 )
 
 func finding(start time.Time, detector, comm string) Finding {
@@ -90,21 +92,33 @@ func TestFindingsRetention(t *testing.T) {
 }
 
 // TestMigrateFromOlderVersions opens stores written by earlier flints:
-// version 1 (before findings) and 2 (before functions' start lines). Their
-// windows stay, findings can be written, and start lines are kept.
+// version 1 (before findings), 2 (before functions' start lines) and 3
+// (before profile types). Their windows stay and read as CPU, findings can
+// be written, and start lines are kept.
 func TestMigrateFromOlderVersions(t *testing.T) {
 	dropStartLine := `ALTER TABLE functions DROP COLUMN start_line`
+	dropType := `ALTER TABLE windows DROP COLUMN type`
 	for _, tt := range []struct {
 		version string
 		edits   []string
 	}{
-		{"1", []string{`DROP TABLE findings`, dropStartLine, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`}},
-		{"2", []string{dropStartLine, `UPDATE meta SET value = '2' WHERE key = 'schema_version'`}},
+		{"1", []string{`DROP TABLE findings`, dropStartLine, dropType, `UPDATE meta SET value = '1' WHERE key = 'schema_version'`}},
+		{"2", []string{dropStartLine, dropType, `UPDATE meta SET value = '2' WHERE key = 'schema_version'`}},
+		{"3", []string{dropType, `UPDATE meta SET value = '3' WHERE key = 'schema_version'`}},
 	} {
 		t.Run("version "+tt.version, func(t *testing.T) {
 			s := openTest(t, storeEditedBy(t, tt.edits...), testOptions())
 			if n := count(t, s, "windows"); n != 1 {
 				t.Errorf("%d windows after migration, want 1", n)
+			}
+			w := newWorkload(t0).window(0)
+			q := Query{From: w.Start, To: w.Start.Add(w.Duration)}
+			if p := query(t, s, q); p.Total() != w.Total() || p.Period != w.Period {
+				t.Errorf("CPU profile of the old window: %d samples of %s, want %d of %s", p.Total(), p.Period, w.Total(), w.Period)
+			}
+			q.Type = profile.OffCPU
+			if p := query(t, s, q); len(p.Samples) != 0 {
+				t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
 			}
 			var v string
 			s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)

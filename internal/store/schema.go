@@ -11,7 +11,7 @@ import (
 // schemaVersion is the version of the on-disk format this code writes and
 // reads; docs/STORE.md describes it. Bump it with every change to a table
 // or a blob encoding, and teach migrate the way up from the one before.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // schema creates the current version. Times are Unix nanoseconds, durations
 // nanoseconds; addresses are uint64s stored as their int64 bit pattern.
@@ -28,7 +28,8 @@ CREATE TABLE windows (
 	start    INTEGER NOT NULL,
 	duration INTEGER NOT NULL,
 	period   INTEGER NOT NULL,
-	samples  INTEGER NOT NULL
+	samples  INTEGER NOT NULL,
+	type     INTEGER NOT NULL DEFAULT 0 -- version 4
 );
 CREATE INDEX windows_start ON windows (start);
 
@@ -157,6 +158,7 @@ func migrate(ctx context.Context, db *sql.DB, path string) error {
 	}{
 		{2, findingsSchema},
 		{3, `ALTER TABLE functions ADD COLUMN start_line INTEGER NOT NULL DEFAULT 0`},
+		{4, `ALTER TABLE windows ADD COLUMN type INTEGER NOT NULL DEFAULT 0`},
 	} {
 		if version >= step.to {
 			continue

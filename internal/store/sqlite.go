@@ -383,6 +383,9 @@ func (s *SQLite) Write(ctx context.Context, p *profile.Profile) error {
 	if p == nil {
 		return errors.New("write window: nil profile")
 	}
+	if err := checkWriteKind(p); err != nil {
+		return fmt.Errorf("write window: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

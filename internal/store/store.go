@@ -29,11 +29,14 @@ var (
 
 // Reader answers queries over stored profiles: what the API needs.
 type Reader interface {
-	// Profile merges the samples of windows starting in [q.From, q.To)
-	// whose labels match q.Selector. Sample labels keep only the labels
-	// named in q.KeepLabels (nil: all).
+	// Profile merges the samples of type q.Type of windows starting in
+	// [q.From, q.To) whose labels match q.Selector. Sample labels keep only
+	// the labels named in q.KeepLabels (nil: all). The profile's Kind is
+	// q.Type; its Period is the CPU sampling period most windows had for
+	// CPU, 1 ns (counts are nanoseconds) for off-CPU and wall.
 	Profile(ctx context.Context, q Query) (*profile.Profile, error)
-	// Series counts samples per q.Step per value of the label q.By.
+	// Series sums the counts of type q.Type per q.Step per value of the
+	// label q.By: samples for CPU, nanoseconds for off-CPU and wall.
 	Series(ctx context.Context, q SeriesQuery) ([]Series, error)
 	// LabelNames lists the label names seen in [from, to).
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
@@ -48,8 +51,9 @@ type Reader interface {
 // Store keeps profiles. Implementations are safe for concurrent use.
 type Store interface {
 	Reader
-	// Write stores one window: p.Start and p.Duration place it in time, and
-	// every sample carries its full label set.
+	// Write stores one window: p.Start and p.Duration place it in time,
+	// p.Kind (CPU or OffCPU) is its type, and every sample carries its full
+	// label set. A CPU window and an off-CPU window may share a start.
 	Write(ctx context.Context, p *profile.Profile) error
 	// WriteFindings stores the findings of one examination in one
 	// transaction.
@@ -63,6 +67,9 @@ type Query struct {
 	From, To   time.Time
 	Selector   selector.Selector
 	KeepLabels []string
+	// Type is the profile type: CPU (the zero value), OffCPU, or Wall,
+	// which the store answers as CPU time plus off-CPU time.
+	Type profile.Kind
 }
 
 // SeriesQuery selects samples and groups them over time.
@@ -91,7 +98,8 @@ type Finding struct {
 	Body   []byte
 }
 
-// Point is the number of samples in one step.
+// Point is the number of samples (nanoseconds for off-CPU and wall) in
+// one step.
 type Point struct {
 	Time    time.Time `json:"time"`
 	Samples int64     `json:"samples"`

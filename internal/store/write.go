@@ -120,7 +120,7 @@ type triple struct{ labels, stack, count int64 }
 
 // statements the writer prepares once on its connection.
 var writerStatements = map[string]string{
-	"window":       `INSERT INTO windows (start, duration, period, samples) VALUES (?, ?, ?, ?)`,
+	"window":       `INSERT INTO windows (start, duration, period, samples, type) VALUES (?, ?, ?, ?, ?)`,
 	"sample":       `INSERT INTO samples (start, window, labels, total, stacks) VALUES (?, ?, ?, ?, ?)`,
 	"func.find":    `SELECT id, start_line FROM functions WHERE hash = ? AND name = ? AND file = ?`,
 	"func.add":     `INSERT INTO functions (hash, name, file, start_line) VALUES (?, ?, ?, ?)`,
@@ -251,7 +251,7 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		w.triples = append(w.triples, triple{lid, sid, s.Count})
 		total += s.Count
 	}
-	res, err := w.st["window"].ExecContext(ctx, start, int64(p.Duration), int64(p.Period), total)
+	res, err := w.st["window"].ExecContext(ctx, start, int64(p.Duration), int64(p.Period), total, int(p.Kind))
 	if err != nil {
 		return fmt.Errorf("insert window: %w", err)
 	}

@@ -342,16 +342,16 @@ export class FlameGraph {
       const cur = all > 0 ? f.total[i] / all : 0;
       const d = cur - base;
       lines.push(
-        `<table><tr><td>base</td><td>${fmt.pct(base)}</td><td>${fmt.count(f.base[i])} samples</td></tr>` +
-          `<tr><td>current</td><td>${fmt.pct(cur)}</td><td>${fmt.count(f.total[i])} samples</td></tr>` +
-          `<tr><td>change</td><td class="${d > 0 ? 'grew' : d < 0 ? 'shrank' : ''}">${fmt.signedPct(d)}</td><td>of all samples</td></tr></table>`,
+        `<table><tr><td>base</td><td>${fmt.pct(base)}</td><td>${fmt.amount(f.base[i], f.unit)}</td></tr>` +
+          `<tr><td>current</td><td>${fmt.pct(cur)}</td><td>${fmt.amount(f.total[i], f.unit)}</td></tr>` +
+          `<tr><td>change</td><td class="${d > 0 ? 'grew' : d < 0 ? 'shrank' : ''}">${fmt.signedPct(d)}</td><td>of all ${f.unit === 'ns' ? 'time' : 'samples'}</td></tr></table>`,
       );
     } else {
       const z = this.zoom;
       const ofZoom = z > 0 && f.total[z] > 0 ? ` · ${fmt.pct(f.total[i] / f.total[z])} of zoom` : '';
       lines.push(
-        `<table><tr><td>total</td><td>${fmt.pct(f.total[i] / all)}</td><td>${fmt.count(f.total[i])} samples${ofZoom}</td></tr>` +
-          `<tr><td>self</td><td>${fmt.pct(f.self[i] / all)}</td><td>${fmt.count(f.self[i])} samples</td></tr></table>`,
+        `<table><tr><td>total</td><td>${fmt.pct(f.total[i] / all)}</td><td>${fmt.amount(f.total[i], f.unit)}${ofZoom}</td></tr>` +
+          `<tr><td>self</td><td>${fmt.pct(f.self[i] / all)}</td><td>${fmt.amount(f.self[i], f.unit)}</td></tr></table>`,
       );
     }
     lines.push('<div class="tt-dim">click to zoom</div>');

@@ -31,6 +31,37 @@ export function rate(n: number): string {
   return n.toFixed(2);
 }
 
+/** Unit is how a profile's counts read, as the API's trees say: '' for
+ * samples, 'ns' for time (off-CPU and wall profiles). */
+export type Unit = '' | 'ns';
+
+/** nanos formats a time in nanoseconds with three significant digits and
+ * its unit: 850 ns, 12.3 ms, 4.56 s; beyond a minute as duration does. */
+export function nanos(ns: number): string {
+  const a = Math.abs(ns);
+  if (a < 1e3) return count(ns) + ' ns';
+  if (a >= 60e9) return (ns < 0 ? '-' : '') + duration(a / 1e9);
+  const [div, unit] = a < 1e6 ? [1e3, 'µs'] : a < 1e9 ? [1e6, 'ms'] : [1e9, 's'];
+  return Number((ns / div).toPrecision(3)) + ' ' + unit;
+}
+
+/** value formats a count in its unit: 1,234 or 12.3 ms. */
+export function value(n: number, unit: Unit): string {
+  return unit === 'ns' ? nanos(n) : count(n);
+}
+
+/** amount formats a count in its unit, saying what it is: 1,234 samples or 12.3 ms. */
+export function amount(n: number, unit: Unit): string {
+  return unit === 'ns' ? nanos(n) : count(n) + ' samples';
+}
+
+/** perSecond formats a rate of counts a second: samples (12.3/s), or
+ * nanoseconds as the threads they kept running or waiting, on average
+ * (2.35 threads). */
+export function perSecond(v: number, unit: Unit): string {
+  return unit === 'ns' ? rate(v / 1e9) + ' threads' : rate(v) + '/s';
+}
+
 /** bytes formats a size in binary units: 12.3 MiB. */
 export function bytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];

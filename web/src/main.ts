@@ -1,4 +1,4 @@
-// flint's web UI: a timeline of CPU by process over a range, the flame
+// flint's web UI: a timeline of CPU (or off-CPU, or wall) time by process over a range, the flame
 // graph of the range or of a selection dragged on it, the top functions, a
 // sandwich view of one function, a comparison with another range or
 // selector, downloads, and the agent's own health. All state is in the URL.
@@ -62,7 +62,7 @@ function round(t: number): number {
 type Level = 0 | 1 | 2 | 3; // nothing, view, profile, everything
 
 function changed(a: State, b: State): Level {
-  if (a.range !== b.range || a.from !== b.from || a.to !== b.to || a.by !== b.by || a.sel !== b.sel) return 3;
+  if (a.type !== b.type || a.range !== b.range || a.from !== b.from || a.to !== b.to || a.by !== b.by || a.sel !== b.sel) return 3;
   if (a.sfrom !== b.sfrom || a.sto !== b.sto || a.cmp !== b.cmp || a.bfrom !== b.bfrom || a.bto !== b.bto || a.bsel !== b.bsel) return 2;
   return S.format(a) !== S.format(b) ? 1 : 0;
 }
@@ -119,6 +119,9 @@ function noDataHelp(): string {
   if (health.last?.get('flint_windows_written_total') === 0) {
     return 'This agent has not written its first profile yet: it writes one per window (every 10 s by default). Reload in a moment.';
   }
+  if (state.type !== 'cpu') {
+    return 'Off-CPU time is stored only by agents started with <code>--off-cpu</code> (<code>sudo flint agent --off-cpu</code>); without it, pick CPU.';
+  }
   const filter = state.sel ? ` Nothing in it matches <code>${fmt.escapeHTML(state.sel)}</code>: remove a filter, or pick a longer range.` : '';
   return (
     'The agent stores one profile per window (every 10 s by default); a new agent shows data after its first window.' +
@@ -138,17 +141,21 @@ async function loadSeries(): Promise<void> {
   $('timeline-panel').classList.add('loading');
   const r = S.timelineRange(state);
   try {
-    const data = await getJSON<SeriesResponse>('api/v1/series', { from: r.from, to: r.to, by: state.by, selector: state.sel, limit: 20, step: S.seriesStep(S.timelineSeconds(state)) + 's' }, abort.signal);
+    const data = await getJSON<SeriesResponse>(
+      'api/v1/series',
+      { from: r.from, to: r.to, by: state.by, selector: state.sel, limit: 20, step: S.seriesStep(S.timelineSeconds(state)) + 's', type: S.typeParam(state) },
+      abort.signal,
+    );
     if (abort.signal.aborted) return;
     msg.hidden = true;
     $('timeline').hidden = false;
     const total = data.series.reduce((a, s) => a + s.samples, 0);
-    timeline.setData(data, state.sfrom ? [state.sfrom, state.sto] : null);
+    timeline.setData(data, state.sfrom ? [state.sfrom, state.sto] : null, S.unitOf(state.type));
     renderLegend(data, total);
     const from = Date.parse(data.from) / 1000;
     const to = Date.parse(data.to) / 1000;
     $('range-text').textContent = `${fmt.dateTime(from)} – ${fmt.clock(to, true)} · ${fmt.duration(to - from)} in steps of ${fmt.duration(data.step)}`;
-    if (total === 0) showMessage(msg, `No samples from ${fmt.dateTime(from)} to ${fmt.dateTime(to)}.`, noDataHelp());
+    if (total === 0) showMessage(msg, `No ${typeWords[state.type]} from ${fmt.dateTime(from)} to ${fmt.dateTime(to)}.`, noDataHelp());
   } catch (e) {
     if ((e as Error).name === 'AbortError') return;
     timeline.setData(null, null);
@@ -215,11 +222,25 @@ function addFilter(m: S.Matcher): void {
   update({ sel: S.formatSelector(ms), zoom: [] });
 }
 
+/** typeWords say what a profile type's profiles hold. */
+const typeWords: Record<S.ProfileType, string> = { cpu: 'samples', 'off-cpu': 'time off the CPU', wall: 'time on or off the CPU' };
+/** timelineWords say what the timeline plots for a profile type. */
+const timelineWords: Record<S.ProfileType, string> = {
+  cpu: 'CPU samples per second',
+  'off-cpu': 'Threads off the CPU',
+  wall: 'Threads on or off the CPU',
+};
+
 function renderControls(): void {
   document.querySelectorAll<HTMLButtonElement>('.presets button').forEach((b) => {
     b.classList.toggle('active', state.range === b.dataset.range);
     b.setAttribute('aria-pressed', String(state.range === b.dataset.range));
   });
+  document.querySelectorAll<HTMLButtonElement>('.types button').forEach((b) => {
+    b.classList.toggle('active', state.type === b.dataset.type);
+    b.setAttribute('aria-pressed', String(state.type === b.dataset.type));
+  });
+  $('timeline-what').textContent = timelineWords[state.type];
   const by = $<HTMLSelectElement>('by');
   const choices = byChoices();
   by.innerHTML = choices.map((l) => `<option${l === state.by ? ' selected' : ''}>${fmt.escapeHTML(l)}</option>`).join('');
@@ -347,7 +368,7 @@ async function loadNodeShares(): Promise<void> {
   // so the shares may include up to a step more on each side.
   const step = S.seriesStep(S.rangeSeconds(state), 60);
   try {
-    const data = await getJSON<SeriesResponse>('api/v1/series', { from: r.from, to: r.to, by: 'node', selector: state.sel, limit: 20, step: step + 's' }, abort.signal);
+    const data = await getJSON<SeriesResponse>('api/v1/series', { from: r.from, to: r.to, by: 'node', selector: state.sel, limit: 20, step: step + 's', type: S.typeParam(state) }, abort.signal);
     if (abort.signal.aborted) return;
     renderNodeShares(el, data);
   } catch (e) {
@@ -378,7 +399,7 @@ function renderNodeShares(el: HTMLElement, data: SeriesResponse): void {
     pct.className = 'dim';
     pct.textContent = fmt.pct(s.share);
     item.append(pct);
-    item.title = `${fmt.count(s.samples)} samples`;
+    item.title = fmt.amount(s.samples, S.unitOf(state.type));
     if (item instanceof HTMLButtonElement) {
       item.type = 'button';
       item.title += `; show only node ${s.value}`;
@@ -399,7 +420,7 @@ function renderDownloads(): void {
     if (state.cmp) href = url('api/v1/diff', { ...S.diffParams(state), format });
     else {
       const r = S.profileRange(state);
-      href = url('api/v1/profile', { from: r.from, to: r.to, selector: state.sel, format });
+      href = url('api/v1/profile', { from: r.from, to: r.to, selector: state.sel, format, type: S.typeParam(state) });
     }
     $<HTMLAnchorElement>(id).href = href;
   };
@@ -429,7 +450,7 @@ async function loadProfile(): Promise<void> {
       if (abort.signal.aborted) return;
       flat = flattenDiff(d);
     } else {
-      const n = await getJSON<Node>('api/v1/profile', { from: r.from, to: r.to, selector: state.sel }, abort.signal);
+      const n = await getJSON<Node>('api/v1/profile', { from: r.from, to: r.to, selector: state.sel, type: S.typeParam(state) }, abort.signal);
       if (abort.signal.aborted) return;
       flat = flatten(n);
     }
@@ -480,15 +501,15 @@ function renderProfile(): void {
   if (f.base) {
     summary.innerHTML =
       `<span class="diff-key"><span class="grew">■ grew</span> <span class="shrank">■ shrank</span></span> ` +
-      `${fmt.escapeHTML(who)}, ${fmt.escapeHTML(rangeWords(r))}: ${fmt.count(total)} samples, compared with ${fmt.escapeHTML(S.compareText(state))}: ` +
-      `${fmt.count(f.baseTotal!)} samples (scaled to the same total). Widths are the current profile; colours the change of each frame's share.`;
+      `${fmt.escapeHTML(who)}, ${fmt.escapeHTML(rangeWords(r))}: ${fmt.amount(total, f.unit)}, compared with ${fmt.escapeHTML(S.compareText(state))}: ` +
+      `${fmt.amount(f.baseTotal!, f.unit)} (scaled to the same total). Widths are the current profile; colours the change of each frame's share.`;
   } else {
-    summary.textContent = `${who}, ${rangeWords(r)}: ${fmt.count(total)} samples`;
+    summary.textContent = `${who}, ${rangeWords(r)}: ${fmt.amount(total, f.unit)}${f.unit === 'ns' ? ' ' + typeWords[state.type] : ''}`;
   }
   if (total === 0 && !(f.base && f.baseTotal! > 0)) {
-    showMessage(msg, `No samples for ${who} from ${rangeWords(r)}.`, noDataHelp());
+    showMessage(msg, `No ${typeWords[state.type]} for ${who} from ${rangeWords(r)}.`, noDataHelp());
   } else if (f.base && f.baseTotal === 0) {
-    showMessage(msg, `The base (${S.compareText(state)}) has no samples: everything shows as grown.`, 'Pick another base range or selector.');
+    showMessage(msg, `The base (${S.compareText(state)}) has no ${typeWords[state.type]}: everything shows as grown.`, 'Pick another base range or selector.');
   } else {
     msg.hidden = true;
   }
@@ -503,7 +524,7 @@ function renderProfile(): void {
   if (state.q !== '') {
     const m = search(f, matcher(state.q));
     hit = m.hit;
-    match.textContent = m.frames === 0 ? 'no match' : `matched ${fmt.pct(total > 0 ? m.samples / total : 0)} of samples (${fmt.count(m.samples)}) in ${fmt.count(m.frames)} frames`;
+    match.textContent = m.frames === 0 ? 'no match' : `matched ${fmt.pct(total > 0 ? m.samples / total : 0)} of ${typeWords[state.type]} (${fmt.value(m.samples, f.unit)}) in ${fmt.count(m.frames)} frames`;
   } else {
     match.textContent = '';
   }
@@ -518,7 +539,7 @@ function renderProfile(): void {
 
   if (tab === 'top') {
     renderTop($<HTMLTableElement>('top-table'), rows, {
-      sort: state.sort, focus: state.fn, total, baseTotal: f.base ? f.baseTotal : undefined,
+      sort: state.sort, focus: state.fn, total, unit: f.unit, baseTotal: f.base ? f.baseTotal : undefined,
       onSort: (sort) => update({ sort }, true),
       onPick: pickFunction,
     });
@@ -568,8 +589,8 @@ function renderSandwich(f: Flat): void {
   }
   const total = f.total[0];
   head.innerHTML =
-    `<strong>${fmt.escapeHTML(fn)}</strong>: on ${fmt.pct(total > 0 ? s.callers.total / total : 0)} of samples ` +
-    `(${fmt.count(s.callers.total)}), ${fmt.pct(total > 0 ? s.callees.self / total : 0)} in itself. Click a caller or callee to centre on it.`;
+    `<strong>${fmt.escapeHTML(fn)}</strong>: on ${fmt.pct(total > 0 ? s.callers.total / total : 0)} of ${typeWords[state.type]} ` +
+    `(${fmt.value(s.callers.total, f.unit)}), ${fmt.pct(total > 0 ? s.callees.self / total : 0)} in itself. Click a caller or callee to centre on it.`;
   callers.setData(flatten(s.callers));
   callees.setData(flatten(s.callees));
   callers.draw();
@@ -581,6 +602,7 @@ function renderSandwich(f: Flat): void {
 document.querySelectorAll<HTMLButtonElement>('.presets button').forEach((b) =>
   b.addEventListener('click', () => update({ range: b.dataset.range!, from: 0, to: 0, sfrom: 0, sto: 0, zoom: [] })),
 );
+document.querySelectorAll<HTMLButtonElement>('.types button').forEach((b) => b.addEventListener('click', () => update({ type: b.dataset.type as S.ProfileType, zoom: [] })));
 $<HTMLSelectElement>('by').addEventListener('change', (e) => update({ by: (e.target as HTMLSelectElement).value }));
 $('by-node').addEventListener('click', () => update({ by: state.by === 'node' ? 'comm' : 'node' }));
 $('nodes-find').addEventListener('input', renderNodes);

@@ -1,5 +1,8 @@
 // The whole view lives in the URL's query string, so a link reproduces it:
-// range, selection, grouping, filters, view, zoom, search, comparison.
+// profile type, range, selection, grouping, filters, view, zoom, search,
+// comparison.
+
+import type { Unit } from './format';
 
 export type Tab = 'flame' | 'top' | 'sandwich';
 export type Sort = 'self' | 'total' | 'name';
@@ -8,7 +11,14 @@ export type Sort = 'self' | 'total' | 'name';
  * explicit base range, or another selector over the same range. */
 export type Compare = '' | 'prev' | '1d' | '1w' | 'range' | 'sel';
 
+/** Profile types, as the API's type parameter names them: CPU time, time
+ * threads waited off the CPU (agents with --off-cpu), or both. */
+export type ProfileType = 'cpu' | 'off-cpu' | 'wall';
+export const profileTypes: ProfileType[] = ['cpu', 'off-cpu', 'wall'];
+
 export interface State {
+  /** What the counts measure. */
+  type: ProfileType;
   /** A relative range ("1h": the last hour, following now) or '' when from/to are absolute. */
   range: string;
   /** Absolute range in Unix seconds, used when range is ''. */
@@ -42,7 +52,7 @@ export const presets = ['5m', '1h', '24h', '7d'];
 
 export function defaults(): State {
   return {
-    range: '1h', from: 0, to: 0, sfrom: 0, sto: 0, by: 'comm', sel: '', icicle: false, tab: 'flame',
+    type: 'cpu', range: '1h', from: 0, to: 0, sfrom: 0, sto: 0, by: 'comm', sel: '', icicle: false, tab: 'flame',
     zoom: [], q: '', fn: '', sort: 'self', cmp: '', bfrom: '', bto: '', bsel: '',
   };
 }
@@ -77,6 +87,8 @@ function num(v: string | null): number {
 export function parse(search: string): State {
   const p = new URLSearchParams(search);
   const s = defaults();
+  const type = p.get('type');
+  if (profileTypes.includes(type as ProfileType)) s.type = type as ProfileType;
   const range = p.get('range');
   const from = num(p.get('from'));
   const to = num(p.get('to'));
@@ -114,6 +126,7 @@ export function parse(search: string): State {
 export function format(s: State): string {
   const d = defaults();
   const p = new URLSearchParams();
+  if (s.type !== d.type) p.set('type', s.type);
   if (s.range !== '') {
     if (s.range !== d.range) p.set('range', s.range);
   } else {
@@ -148,6 +161,18 @@ export interface Range {
   to: string;
 }
 
+/** unitOf is how the counts of a profile type read: samples for CPU,
+ * nanoseconds for off-CPU and wall time. */
+export function unitOf(t: ProfileType): Unit {
+  return t === 'cpu' ? '' : 'ns';
+}
+
+/** typeParam is the API's type parameter for the state: '' (left out)
+ * for CPU, which every agent and server answers without one. */
+export function typeParam(s: State): string {
+  return s.type === 'cpu' ? '' : s.type;
+}
+
 /** timelineRange is the range the timeline shows. */
 export function timelineRange(s: State): Range {
   if (s.range !== '') return { from: 'now-' + s.range, to: 'now' };
@@ -179,6 +204,7 @@ function shift(t: string, secs: number): string {
 export function diffParams(s: State): Record<string, string> {
   const r = profileRange(s);
   const p: Record<string, string> = { from: r.from, to: r.to, selector: s.sel, normalize: 'true' };
+  if (s.type !== 'cpu') p.type = s.type;
   switch (s.cmp) {
     case '1d':
     case '1w': {

@@ -12,6 +12,8 @@ export interface TopOptions {
   focus: string;
   /** Root totals, for shares. */
   total: number;
+  /** How the counts read. */
+  unit: fmt.Unit;
   baseTotal?: number;
   onSort: (s: Sort) => void;
   onPick: (name: string) => void;
@@ -48,8 +50,8 @@ export function renderTop(table: HTMLTableElement, rows: Row[], o: TopOptions): 
       `<tr class="${cls}" data-name="${e(r.name)}" tabindex="0">` +
       `<td class="fn"><span class="fn-name">${e(r.name)}</span>${r.kind === 'kernel' ? ' <span class="tag">kernel</span>' : ''}` +
       (where ? `<span class="fn-where">${e(where)}</span>` : '') +
-      `</td><td class="num">${fmt.count(r.self)}</td><td class="num">${fmt.pct(shareOf(r.self, o.total))}</td>` +
-      `<td class="num">${fmt.count(r.total)}</td><td class="num">${fmt.pct(shareOf(r.total, o.total))}</td>`;
+      `</td><td class="num">${fmt.value(r.self, o.unit)}</td><td class="num">${fmt.pct(shareOf(r.self, o.total))}</td>` +
+      `<td class="num">${fmt.value(r.total, o.unit)}</td><td class="num">${fmt.pct(shareOf(r.total, o.total))}</td>`;
     if (diff) {
       const d = shareOf(r.total, o.total) - shareOf(r.baseTotalOf, o.baseTotal!);
       html += `<td class="num ${d > 0 ? 'grew' : d < 0 ? 'shrank' : ''}">${fmt.signedPct(d)}</td>`;

@@ -29,6 +29,7 @@ export class Timeline {
   private from = 0;
   private to = 0;
   private stacked: Float64Array[] = []; // cumulative rates, series by series
+  private unit: fmt.Unit = '';
   private max = 0;
   private selection: [number, number] | null = null;
   private drag: { x0: number; x1: number } | null = null;
@@ -82,9 +83,11 @@ export class Timeline {
     }).observe(container);
   }
 
-  /** setData shows a series response and the selection (Unix seconds, or null). */
-  setData(data: SeriesResponse | null, selection: [number, number] | null): void {
+  /** setData shows a series response, whose points count in unit, and
+   * the selection (Unix seconds, or null). */
+  setData(data: SeriesResponse | null, selection: [number, number] | null, unit: fmt.Unit = ''): void {
     this.data = data;
+    this.unit = unit;
     this.selection = selection;
     this.stacked = [];
     this.max = 0;
@@ -160,7 +163,7 @@ export class Timeline {
       ctx.moveTo(PAD.left, y);
       ctx.lineTo(width - PAD.right, y);
       ctx.stroke();
-      ctx.fillText(fmt.rate(v), PAD.left - 6, y);
+      ctx.fillText(fmt.rate(this.unit === 'ns' ? v / 1e9 : v), PAD.left - 6, y);
     }
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
@@ -236,10 +239,10 @@ export class Timeline {
     const total = rows.reduce((a, r) => a + r.v, 0);
     const e2 = fmt.escapeHTML;
     let html = `<div class="tt-name">${fmt.dateTime(at)} + ${fmt.duration(data.step)}</div><table>`;
-    html += `<tr><td>all</td><td>${fmt.rate(total)}/s</td></tr>`;
+    html += `<tr><td>all</td><td>${fmt.perSecond(total, this.unit)}</td></tr>`;
     for (const r of rows.slice(0, 8)) {
       const name = r.s.other ? 'other' : r.s.value === '' ? '(no ' + e2(data.by) + ')' : e2(r.s.value);
-      html += `<tr><td><span class="swatch" data-color="${r.i}"></span>${name}</td><td>${fmt.rate(r.v)}/s</td></tr>`;
+      html += `<tr><td><span class="swatch" data-color="${r.i}"></span>${name}</td><td>${fmt.perSecond(r.v, this.unit)}</td></tr>`;
     }
     if (rows.length > 8) html += `<tr><td class="tt-dim">and ${rows.length - 8} more</td><td></td></tr>`;
     html += '</table><div class="tt-dim">drag to select a range</div>';

@@ -2,6 +2,8 @@
 // preorder: the flame graph draws and hit-tests 100,000 frames from these
 // without an object per frame, and a subtree is the index range [i, end[i]).
 
+import type { Unit } from './format';
+
 export type Kind = 'root' | 'process' | 'user' | 'inline' | 'kernel';
 
 /** Node is a node of /api/v1/profile?format=json (internal/profile.Node). */
@@ -14,6 +16,8 @@ export interface Node {
   self: number;
   total: number;
   children?: Node[];
+  /** On the root: how counts read ('ns' for time, absent for samples). */
+  unit?: Unit;
 }
 
 /** DiffNode is a node of /api/v1/diff?format=json (internal/profile.DiffNode). */
@@ -28,6 +32,7 @@ export interface DiffNode {
   base_self: number;
   current_self: number;
   children?: DiffNode[];
+  unit?: Unit;
 }
 
 const kinds: Kind[] = ['root', 'process', 'user', 'inline', 'kernel']; // by index, as Flat.kind stores them
@@ -53,6 +58,8 @@ export interface Flat {
   total: Float64Array;
   self: Float64Array;
   maxDepth: number;
+  /** How the counts read: samples or nanoseconds. */
+  unit: Unit;
   /** For a diff: the base's totals and selves, and both roots' totals. */
   base?: Float64Array;
   baseSelf?: Float64Array;
@@ -81,6 +88,7 @@ function flattenWith(root: Any, diff: boolean): Flat {
     n, strings: [], name: new Int32Array(n), module: new Int32Array(n), file: new Int32Array(n),
     line: new Int32Array(n), kind: new Uint8Array(n), depth: new Int32Array(n), parent: new Int32Array(n),
     end: new Int32Array(n), x: new Float64Array(n), total: new Float64Array(n), self: new Float64Array(n), maxDepth: 0,
+    unit: root.unit ?? '',
   };
   const base = diff ? new Float64Array(n) : undefined;
   const baseSelf = diff ? new Float64Array(n) : undefined;
@@ -303,8 +311,8 @@ export function top(f: Flat): Row[] {
  * the callees tree merges every call of name. Nested calls of a
  * recursive function are counted at the outermost one. */
 export function sandwich(f: Flat, name: string): { callers: Node; callees: Node; found: boolean } {
-  const callers: Node = { name, kind: 'user', self: 0, total: 0 };
-  const callees: Node = { name, kind: 'user', self: 0, total: 0 };
+  const callers: Node = { name, kind: 'user', self: 0, total: 0, unit: f.unit };
+  const callees: Node = { name, kind: 'user', self: 0, total: 0, unit: f.unit };
   const child = (parent: Node, i: number): Node => {
     const nm = f.strings[f.name[i]];
     const kind = kindName(f.kind[i]);

@@ -71,7 +71,7 @@ export async function startAgent(): Promise<Agent> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}/`;
   let output = '';
-  const agent = spawn(join(dir, 'flint'), ['agent', '--data-dir', join(dir, 'data'), '--listen', `127.0.0.1:${port}`, '--window', '2s'], {
+  const agent = spawn(join(dir, 'flint'), ['agent', '--data-dir', join(dir, 'data'), '--listen', `127.0.0.1:${port}`, '--window', '2s', '--off-cpu'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   agent.stdout!.on('data', (b) => (output += b));

@@ -224,6 +224,54 @@ describe.skipIf(why !== '')('flint web UI', () => {
     await page.close();
   });
 
+  test('the CPU / off-CPU / wall switch: where threads waited, in time', async () => {
+    const { page, errors } = await open('');
+    const button = (type: string) => page.locator(`.types button[data-type=${type}]`);
+    expect(await button('cpu').getAttribute('aria-pressed')).toBe('true');
+    await button('off-cpu').click();
+    await idle(page);
+    expect((await state(page)).get('type')).toBe('off-cpu');
+    expect(await button('off-cpu').getAttribute('aria-pressed')).toBe('true');
+    expect(await page.locator('#timeline-what').textContent()).toBe('Threads off the CPU');
+    // The fixture's API waits 9 s of every 10 s window; the agent (--off-cpu) adds this machine's waits.
+    await expect.poll(() => page.locator('#legend').textContent()).toContain('api');
+    const time = /(\d[\d.]* (ns|µs|ms|s)|(\d+[dhms])+)/;
+    const summary = page.locator('#profile-summary');
+    expect(await summary.textContent()).toMatch(new RegExp(`^all processes, now-1h to now: ${time.source} time off the CPU$`));
+    const fn = await frameAt(page, 'sk_wait_data');
+    await page.mouse.move(fn.x, fn.y);
+    const tip = page.locator('#tooltip');
+    await expect.poll(() => tip.isVisible()).toBe(true);
+    expect(await tip.textContent()).toMatch(new RegExp(`sk_wait_data.*kernel.*total.*%${time.source}.*self`));
+    expect(await tip.textContent()).not.toContain('samples');
+    expect(await frameRect(page, 'encoding/json.Marshal')).toBeNull(); // CPU only
+    await page.locator('.tabs button[data-tab=top]').click();
+    const cell = page.locator('#top-table tbody tr[data-name=sk_wait_data] td.num').first();
+    expect(await cell.textContent()).toMatch(new RegExp(`^${time.source}$`));
+    await page.locator('.tabs button[data-tab=flame]').click();
+    await shot(page, '10-off-cpu');
+
+    // Wall time: both, in time.
+    await button('wall').click();
+    await idle(page);
+    expect((await state(page)).get('type')).toBe('wall');
+    expect(await summary.textContent()).toMatch(new RegExp(`${time.source} time on or off the CPU$`));
+    expect(await frameRect(page, 'sk_wait_data')).not.toBeNull();
+    expect(await frameRect(page, 'encoding/json.Marshal')).not.toBeNull();
+    const dl = (await page.locator('#dl-pprof').getAttribute('href'))!;
+    expect(dl).toMatch(/type=wall/);
+    expect((await fetch(agent.url + dl)).status).toBe(200);
+
+    // Back to CPU: samples again, and a link without the type.
+    await button('cpu').click();
+    await idle(page);
+    expect((await state(page)).get('type')).toBeNull();
+    expect(await summary.textContent()).toMatch(/: [\d,]+ samples$/);
+    expect(await page.locator('#timeline-what').textContent()).toBe('CPU samples per second');
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+
   test('nodes: pick nodes, stack the timeline by node, see which nodes contributed', async () => {
     const { page, errors } = await open('');
     // The picker lists the fixture's three nodes and this machine's.

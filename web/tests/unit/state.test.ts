@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { defaults, diffParams, escapeRegex, format, formatSelector, nodesOf, parse, parseSelector, seconds, seriesStep, shares, withNodes } from '../../src/state';
+import { defaults, diffParams, escapeRegex, format, formatSelector, nodesOf, parse, parseSelector, seconds, seriesStep, shares, typeParam, unitOf, withNodes } from '../../src/state';
 
 describe('URL state', () => {
   test('defaults make an empty query', () => {
@@ -8,14 +8,15 @@ describe('URL state', () => {
   });
   test('round trip', () => {
     const s = {
-      ...defaults(), range: '', from: 1795341600, to: 1795345200, sfrom: 1795342000.5, sto: 1795343000, by: 'container',
+      ...defaults(), type: 'off-cpu' as const, range: '', from: 1795341600, to: 1795345200, sfrom: 1795342000.5, sto: 1795343000, by: 'container',
       sel: '{comm="api",container=~"3f.*"}', icicle: true, tab: 'sandwich' as const, zoom: ['api', 'a;b', '100%'],
       q: 'json', fn: 'main.main', sort: 'total' as const, cmp: 'range' as const, bfrom: 'now-2h', bto: 'now-1h',
     };
     expect(parse(format(s))).toEqual(s);
   });
   test('invalid values fall back to defaults', () => {
-    const s = parse('?range=forever&tab=x&sort=y&cmp=z&sfrom=5&sto=1');
+    const s = parse('?range=forever&tab=x&sort=y&cmp=z&sfrom=5&sto=1&type=offcpu');
+    expect(s.type).toBe('cpu');
     expect(s.range).toBe('1h');
     expect(s.tab).toBe('flame');
     expect(s.sort).toBe('self');
@@ -57,6 +58,22 @@ describe('selectors', () => {
   });
   test('what it cannot read is null', () => {
     for (const s of ['comm="x"', '{comm=x}', '{comm="x"', '{"x"="y"}', '{comm="x" pid="1"}']) expect(parseSelector(s)).toBeNull();
+  });
+});
+
+describe('profile types', () => {
+  test('in the URL, CPU left out', () => {
+    expect(format({ ...defaults(), type: 'wall' })).toBe('?type=wall');
+    expect(parse('?type=off-cpu').type).toBe('off-cpu');
+    expect(typeParam(defaults())).toBe('');
+    expect(typeParam({ ...defaults(), type: 'off-cpu' })).toBe('off-cpu');
+  });
+  test('time types count nanoseconds', () => {
+    expect([unitOf('cpu'), unitOf('off-cpu'), unitOf('wall')]).toEqual(['', 'ns', 'ns']);
+  });
+  test('a comparison is of one type', () => {
+    expect(diffParams({ ...defaults(), cmp: 'prev', type: 'off-cpu' })).toMatchObject({ type: 'off-cpu' });
+    expect(diffParams({ ...defaults(), cmp: 'prev' })).not.toHaveProperty('type');
   });
 });
 
