@@ -395,7 +395,14 @@ func pollable(m *ebpf.Map) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), m.String()), nil
+	f := os.NewFile(uintptr(fd), m.String())
+	// Only a file in the poller takes deadlines: one it could not add
+	// would end readProcs at its first wait.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // NewProc is a process the BPF program announced: its PID, the generation
