@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/selector"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // cpuTime is the CPU time (user + system) this process has used.
@@ -84,6 +88,61 @@ func BenchmarkWriteCold(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkWriteNewProcs writes windows of short-lived processes that each
+// bring stacks the store has not seen, as a python3 run a tenth of a
+// second does (docs/BENCHMARKS.md, churn): wlChurn new processes a window,
+// each with its own label set and six samples on stacks 60 deep, known
+// code at the root and one or two locations never stored before near the
+// leaf (a Python function at a new line). It writes with a deadline, as
+// the agent does. cpu-ns/newproc is the CPU time of a window's write over
+// its new processes.
+func BenchmarkWriteNewProcs(b *testing.B) {
+	s := openTest(b, b.TempDir(), testOptions())
+	wl := newWorkload(t0)
+	fresh := 0 // locations made so far: each is new to the store
+	window := func(i int) *profile.Profile {
+		rng := rand.New(rand.NewPCG(uint64(i), 11))
+		p := &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Duration: wlWindow, Period: wlPeriod}
+		for proc := range wlChurn {
+			l := maps.Clone(wl.labels(proc%wlProcs, 0))
+			l["pid"] = strconv.Itoa(100_000 + i*wlChurn + proc)
+			for k := range 6 {
+				base := wl.stack(rng.IntN(wlExes*wlStacksPerExe), 0)
+				var st []*profile.Location
+				for n := range 1 + k%4/3 {
+					fresh++
+					known := wl.userLocs[0][(fresh*7+n)%len(wl.userLocs[0])]
+					st = append(st, &profile.Location{Address: uint64(fresh), Frames: []symbol.Frame{{
+						Function: known.Frames[0].Function, File: known.Frames[0].File, Line: 100_000 + fresh}}})
+				}
+				for len(st) < 60 {
+					st = append(st, base[len(st)%len(base)])
+				}
+				p.Samples = append(p.Samples, &profile.Sample{Stack: st, Count: 1, Labels: l})
+			}
+		}
+		return agentLike(p)
+	}
+	write(b, s, window(0))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	var cpu time.Duration
+	i := 1
+	for b.Loop() {
+		p := window(i)
+		c := cpuTime()
+		if err := s.Write(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		cpu += cpuTime() - c
+		i++
+	}
+	b.ReportMetric(float64(cpu)/float64(b.N*wlChurn), "cpu-ns/newproc")
+}
+
+// wlChurn is the new processes of a window at ten a second.
+const wlChurn = 100
 
 // The 24 h dataset: 8640 windows of the workload, generated once per test
 // binary run into a temporary directory that TestMain removes. With

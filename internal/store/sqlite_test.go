@@ -543,6 +543,35 @@ func TestCacheEviction(t *testing.T) {
 	}
 }
 
+// TestEqualItemsOneRow writes a window whose equal locations and stacks are
+// distinct objects, then again after a restart (its caches empty): each is
+// stored once.
+func TestEqualItemsOneRow(t *testing.T) {
+	dir := t.TempDir()
+	loc := func() *profile.Location {
+		return &profile.Location{Address: 0x10, Frames: []symbol.Frame{{Function: "f", File: "f.go", Line: 3}}}
+	}
+	window := func(i int) *profile.Profile {
+		labels := map[string]string{"comm": "c"}
+		return &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Samples: []*profile.Sample{
+			{Stack: []*profile.Location{loc(), loc()}, Count: 1, Labels: labels},
+			{Stack: []*profile.Location{loc(), loc()}, Count: 2, Labels: labels},
+		}}
+	}
+	s := openTest(t, dir, testOptions())
+	write(t, s, window(0))
+	s.Close()
+	s = openTest(t, dir, testOptions())
+	write(t, s, window(1))
+	if n, m := count(t, s, "locations"), count(t, s, "stacks"); n != 1 || m != 1 {
+		t.Errorf("%d locations and %d stacks stored, want 1 and 1", n, m)
+	}
+	got := query(t, s, Query{From: t0, To: t0.Add(2 * wlWindow)})
+	if diff := compare(canonical(got.Samples), canonical(append(window(0).Samples, window(1).Samples...))); diff != "" {
+		t.Error(diff)
+	}
+}
+
 func count(t *testing.T, s *SQLite, table string) int {
 	t.Helper()
 	var n int

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -11,6 +12,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -110,6 +112,11 @@ type writer struct {
 	mapMemo   map[*profile.Mapping]int64
 	labelMemo map[unsafe.Pointer]int64
 	triples   []triple
+	kept      []*profile.Sample // the samples of triples
+	newLocs   []newLoc          // locations the caches missed
+	newStacks []newStack        // stacks the caches missed
+	newStack  map[string]int    // their index in newStacks, by key
+	found     map[int64][]int   // items missed, by hash
 	locIDs    []int64
 	pairs     []stackCount
 	names     []string
@@ -117,6 +124,23 @@ type writer struct {
 }
 
 type triple struct{ labels, stack, count int64 }
+
+// newLoc is a location that the caches miss, looked up with the window's
+// others; id is 0 until it is found or stored.
+type newLoc struct {
+	l      *profile.Location
+	key    locKey
+	hash   int64
+	frames []byte // function ids and lines, as stored
+	id     int64
+}
+
+// newStack is a stack the caches miss, looked up with the window's others.
+type newStack struct {
+	key  string
+	hash int64
+	e    entry // id 0 until found or stored
+}
 
 // statements the writer prepares once on its connection.
 var writerStatements = map[string]string{
@@ -127,9 +151,9 @@ var writerStatements = map[string]string{
 	"func.start":   `UPDATE functions SET start_line = ? WHERE id = ?`,
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-	"loc.find":     `SELECT id FROM locations WHERE hash = ? AND mapping = ? AND address = ? AND frames = coalesce(?, x'')`,
 	"loc.add":      `INSERT INTO locations (hash, mapping, address, frames) VALUES (?, ?, ?, coalesce(?, x''))`,
-	"stack.find":   `SELECT id, last FROM stacks WHERE hash = ? AND locations = coalesce(?, x'')`,
+	"loc.batch":    `SELECT id, hash, mapping, address, frames FROM locations WHERE hash IN (SELECT value FROM json_each(?))`,
+	"stack.batch":  `SELECT id, hash, last, locations FROM stacks WHERE hash IN (SELECT value FROM json_each(?))`,
 	"stack.add":    `INSERT INTO stacks (hash, last, locations) VALUES (?, ?, coalesce(?, x''))`,
 	"stack.last":   `UPDATE stacks SET last = ? WHERE id = ?`,
 	"labels.find":  `SELECT id, first, last FROM labelsets WHERE hash = ? AND labels = coalesce(?, x'')`,
@@ -152,6 +176,8 @@ func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
 		w.st[name] = st
 	}
 	w.resetCaches()
+	w.newStack = map[string]int{}
+	w.found = map[int64][]int{}
 	w.locMemo = map[*profile.Location]int64{}
 	w.mapMemo = map[*profile.Mapping]int64{}
 	w.labelMemo = map[unsafe.Pointer]int64{}
@@ -225,15 +251,34 @@ func (w *writer) write(ctx context.Context, p *profile.Profile) error {
 		clear(w.locMemo)
 		clear(w.mapMemo)
 		clear(w.labelMemo)
+		clear(w.newStack)
+		clear(w.found)
+		clear(w.newLocs) // drop their pointers
+		clear(w.kept)
 	}()
 	return w.tx(ctx, func() error { return w.insertWindow(ctx, p) })
 }
 
+// insertWindow runs its statements without ctx's end: a statement run with
+// a context that can end starts a goroutine to watch it (in the driver,
+// and in database/sql for queries), one or two for each row of a new
+// stack: 40% of the CPU a new process's stacks cost to write
+// (BenchmarkWriteNewProcs, docs/BENCHMARKS.md). It checks ctx between
+// samples instead.
+//
+// The locations and stacks the caches miss are most often new (the
+// stacks of short-lived processes): each kind is looked up in one query
+// for the whole window, and only those it does not find are inserted.
 func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
+	end := ctx
+	ctx = context.WithoutCancel(ctx)
 	start := p.Start.UnixNano()
-	w.triples = w.triples[:0]
+	w.triples, w.kept, w.newLocs, w.newStacks = w.triples[:0], w.kept[:0], w.newLocs[:0], w.newStacks[:0]
 	var total int64
 	for i, s := range p.Samples {
+		if err := end.Err(); err != nil {
+			return err
+		}
 		if s == nil || s.Count == 0 {
 			continue
 		}
@@ -244,12 +289,32 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		if err != nil {
 			return err
 		}
+		for _, l := range s.Stack {
+			if err := w.location(ctx, l); err != nil {
+				return err
+			}
+		}
+		w.triples = append(w.triples, triple{labels: lid, count: s.Count})
+		w.kept = append(w.kept, s)
+		total += s.Count
+	}
+	if err := w.addLocations(ctx); err != nil {
+		return err
+	}
+	for i, s := range w.kept {
 		sid, err := w.stack(ctx, s.Stack, start)
 		if err != nil {
 			return err
 		}
-		w.triples = append(w.triples, triple{lid, sid, s.Count})
-		total += s.Count
+		w.triples[i].stack = sid
+	}
+	if err := w.addStacks(ctx, start); err != nil {
+		return err
+	}
+	for i := range w.triples {
+		if t := &w.triples[i]; t.stack < 0 {
+			t.stack = w.newStacks[-t.stack-1].e.id
+		}
 	}
 	res, err := w.st["window"].ExecContext(ctx, start, int64(p.Duration), int64(p.Period), total, int(p.Kind))
 	if err != nil {
@@ -352,96 +417,191 @@ func labelsHash(labels map[string]string) uint64 {
 	return h
 }
 
-// stack returns the id of a stack, storing it and its locations if new.
+// stack returns the id of a stack whose locations are known, or, for a
+// stack the caches miss, -1 - its index in newStacks (addStacks gives it
+// its id).
 func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int64) (int64, error) {
 	w.locIDs = w.locIDs[:0]
 	for _, l := range locs {
-		id, err := w.location(ctx, l)
-		if err != nil {
-			return 0, err
-		}
-		w.locIDs = append(w.locIDs, id)
+		w.locIDs = append(w.locIDs, w.locMemo[l])
 	}
 	w.key = appendStack(w.key[:0], w.locIDs)
-	e, ok := w.stacks.m[string(w.key)]
+	if e, ok := w.stacks.m[string(w.key)]; ok {
+		return e.id, w.touchStack(ctx, string(w.key), e, start)
+	}
+	n, ok := w.newStack[string(w.key)]
 	if !ok {
-		h := hash64(w.key)
-		err := w.st["stack.find"].QueryRowContext(ctx, h, w.key).Scan(&e.id, &e.last)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			res, err := w.st["stack.add"].ExecContext(ctx, h, start, w.key)
-			if err != nil {
-				return 0, fmt.Errorf("insert stack: %w", err)
-			}
-			if e.id, err = res.LastInsertId(); err != nil {
-				return 0, err
-			}
-			e.last = start
-		case err != nil:
-			return 0, fmt.Errorf("look up stack: %w", err)
-		}
-		remember(w, &w.stacks, string(w.key), e)
+		n = len(w.newStacks)
+		w.newStacks = append(w.newStacks, newStack{key: string(w.key), hash: hash64(w.key)})
+		w.newStack[string(w.key)] = n
 	}
-	if start > e.last+lastSlack {
-		if _, err := w.st["stack.last"].ExecContext(ctx, start, e.id); err != nil {
-			return 0, fmt.Errorf("update stack: %w", err)
-		}
-		remember(w, &w.stacks, string(w.key), entry{id: e.id, last: start})
-	}
-	return e.id, nil
+	return int64(-1 - n), nil
 }
 
-// location returns the id of a location, storing it, its mapping and its
-// functions if new.
-func (w *writer) location(ctx context.Context, l *profile.Location) (int64, error) {
-	if l == nil {
-		return 0, errors.New("nil location on a stack")
+// addStacks looks up the window's stacks that the caches missed and
+// inserts those the store does not have.
+func (w *writer) addStacks(ctx context.Context, start int64) error {
+	err := w.batch(ctx, "stack", len(w.newStacks), func(i int) int64 { return w.newStacks[i].hash }, func(rows *sql.Rows) error {
+		var e entry
+		var h int64
+		var locs []byte
+		if err := rows.Scan(&e.id, &h, &e.last, &locs); err != nil {
+			return err
+		}
+		for _, i := range w.found[h] {
+			if ns := &w.newStacks[i]; ns.key == string(locs) {
+				ns.e = e
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look up stacks: %w", err)
 	}
-	if id, ok := w.locMemo[l]; ok {
-		return id, nil
+	for i := range w.newStacks {
+		ns := &w.newStacks[i]
+		if ns.e.id != 0 {
+			if err := w.touchStack(ctx, ns.key, ns.e, start); err != nil {
+				return err
+			}
+			continue
+		}
+		res, err := w.st["stack.add"].ExecContext(ctx, ns.hash, start, []byte(ns.key))
+		if err != nil {
+			return fmt.Errorf("insert stack: %w", err)
+		}
+		if ns.e.id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		ns.e.last = start
+		remember(w, &w.stacks, ns.key, ns.e)
+	}
+	return nil
+}
+
+// touchStack caches stack e, moving its last use to start when it is more
+// than lastSlack old.
+func (w *writer) touchStack(ctx context.Context, key string, e entry, start int64) error {
+	if start > e.last+lastSlack {
+		if _, err := w.st["stack.last"].ExecContext(ctx, start, e.id); err != nil {
+			return fmt.Errorf("update stack: %w", err)
+		}
+		e.last = start
+	} else if _, ok := w.stacks.m[key]; ok {
+		return nil
+	}
+	remember(w, &w.stacks, key, e)
+	return nil
+}
+
+// batch runs statement name+".batch" with the hashes of n items, which
+// hash returns, and calls row for each row it returns; w.found holds
+// the items by hash meanwhile.
+func (w *writer) batch(ctx context.Context, name string, n int, hash func(int) int64, row func(*sql.Rows) error) error {
+	if n == 0 {
+		return nil
+	}
+	clear(w.found)
+	w.buf = append(w.buf[:0], '[')
+	for i := range n {
+		h := hash(i)
+		if len(w.found[h]) == 0 {
+			if len(w.buf) > 1 {
+				w.buf = append(w.buf, ',')
+			}
+			w.buf = strconv.AppendInt(w.buf, h, 10)
+		}
+		w.found[h] = append(w.found[h], i)
+	}
+	w.buf = append(w.buf, ']')
+	rows, err := w.st[name+".batch"].QueryContext(ctx, string(w.buf))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// location learns the id of a location from the caches, or queues it for
+// addLocations, storing its mapping and functions if new.
+func (w *writer) location(ctx context.Context, l *profile.Location) error {
+	if l == nil {
+		return errors.New("nil location on a stack")
+	}
+	if _, ok := w.locMemo[l]; ok {
+		return nil
 	}
 	var mapping int64
 	if l.Mapping != nil {
 		var err error
 		if mapping, err = w.mapping(ctx, l.Mapping); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	lk := locKey{mapping, l.Address}
 	if e, ok := w.locations.m[lk]; ok && slices.Equal(e.frames, l.Frames) {
 		w.locMemo[l] = e.id
-		return e.id, nil
+		return nil
 	}
-	// w.key is the caller's stack key, built after this returns; use buf.
-	k := w.buf[:0]
+	var k []byte
 	for _, f := range l.Frames {
 		fn, err := w.function(ctx, f)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		k = binary.AppendUvarint(k, uint64(fn))
 		k = binary.AppendUvarint(k, uint64(int64(f.Line)))
 	}
-	w.buf = k
 	// The hash covers what identifies the row: mapping, address, frames.
 	h := hash64(binary.AppendUvarint(binary.AppendUvarint(slices.Clip(k), uint64(mapping)), l.Address))
-	var id int64
-	err := w.st["loc.find"].QueryRowContext(ctx, h, mapping, int64(l.Address), k).Scan(&id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		res, err := w.st["loc.add"].ExecContext(ctx, h, mapping, int64(l.Address), k)
-		if err != nil {
-			return 0, fmt.Errorf("insert location: %w", err)
+	w.locMemo[l] = 0 // until addLocations
+	w.newLocs = append(w.newLocs, newLoc{l: l, key: lk, hash: h, frames: k})
+	return nil
+}
+
+// addLocations looks up the window's locations that the caches missed and
+// inserts those the store does not have.
+func (w *writer) addLocations(ctx context.Context) error {
+	err := w.batch(ctx, "loc", len(w.newLocs), func(i int) int64 { return w.newLocs[i].hash }, func(rows *sql.Rows) error {
+		var id, h, mapping, addr int64
+		var frames []byte
+		if err := rows.Scan(&id, &h, &mapping, &addr, &frames); err != nil {
+			return err
 		}
-		if id, err = res.LastInsertId(); err != nil {
-			return 0, err
+		for _, i := range w.found[h] {
+			if nl := &w.newLocs[i]; nl.key == (locKey{mapping, uint64(addr)}) && bytes.Equal(nl.frames, frames) {
+				nl.id = id
+			}
 		}
-	case err != nil:
-		return 0, fmt.Errorf("look up location: %w", err)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look up locations: %w", err)
 	}
-	remember(w, &w.locations, lk, locEntry{id, slices.Clone(l.Frames)})
-	w.locMemo[l] = id
-	return id, nil
+	for i := range w.newLocs {
+		nl := &w.newLocs[i]
+		// Equal locations in distinct objects: the first one stored.
+		if e, ok := w.locations.m[nl.key]; ok && nl.id == 0 && slices.Equal(e.frames, nl.l.Frames) {
+			nl.id = e.id
+		}
+		if nl.id == 0 {
+			res, err := w.st["loc.add"].ExecContext(ctx, nl.hash, nl.key.mapping, int64(nl.key.address), nl.frames)
+			if err != nil {
+				return fmt.Errorf("insert location: %w", err)
+			}
+			if nl.id, err = res.LastInsertId(); err != nil {
+				return err
+			}
+		}
+		remember(w, &w.locations, nl.key, locEntry{nl.id, slices.Clone(nl.l.Frames)})
+		w.locMemo[nl.l] = nl.id
+	}
+	return nil
 }
 
 func (w *writer) function(ctx context.Context, f symbol.Frame) (int64, error) {
