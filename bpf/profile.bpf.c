@@ -822,9 +822,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		}
 	}
 
-	// prev leaves, still the current task: where it waits.
+	// prev leaves, still the current task: where it waits. Not the idle
+	// task, nor kernel threads (no mm): their waits are the kernel's own.
 	__u32 tgid = prev->tgid, tid = prev->pid;
-	if (!tid || tgid == self_tgid || (target_tgid && tgid != target_tgid) ||
+	if (!tid || !prev->mm || tgid == self_tgid || (target_tgid && tgid != target_tgid) ||
 	    (off_cpu_sample > 1 && bpf_get_prandom_u32() % off_cpu_sample))
 		return 0;
 	__u32 zero = 0;
