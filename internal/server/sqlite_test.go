@@ -13,19 +13,7 @@ import (
 // TestSQLiteStore runs requests through the real embedded store and checks
 // that it answers as the fake does.
 func TestSQLiteStore(t *testing.T) {
-	o := store.DefaultOptions()
-	o.Retention, o.CompactInterval = 0, 0 // the test data is in 2026
-	st, err := store.Open(t.TempDir(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	fake := newFakeStore()
-	for _, w := range fake.windows {
-		if err := st.Write(context.Background(), w); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, fake := sqliteWithFake(t)
 	real := newServer(Options{Store: st}, func() time.Time { return testNow })
 	want := newServer(Options{Store: fake}, func() time.Time { return testNow })
 	for _, target := range []string{
@@ -52,19 +40,7 @@ func TestSQLiteStore(t *testing.T) {
 // off-CPU window beside the CPU windows shows only with type=off-cpu, in
 // nanoseconds, and with type=wall beside the CPU samples in nanoseconds.
 func TestSQLiteProfileTypes(t *testing.T) {
-	o := store.DefaultOptions()
-	o.Retention, o.CompactInterval = 0, 0
-	st, err := store.Open(t.TempDir(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	fake := newFakeStore()
-	for _, w := range fake.windows {
-		if err := st.Write(context.Background(), w); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, fake := sqliteWithFake(t)
 	_, idle, _ := testStack()
 	first := fake.windows[0]
 	off := &profile.Profile{Start: first.Start, Duration: first.Duration, Kind: profile.OffCPU, Period: time.Nanosecond,
@@ -124,4 +100,23 @@ func TestSQLiteLimits(t *testing.T) {
 	} {
 		checkError(t, tc.target, get(h, http.MethodGet, tc.target, nil), tc.status, tc.want)
 	}
+}
+
+// sqliteWithFake opens a SQLite store holding the fake store's windows.
+func sqliteWithFake(t *testing.T) (*store.SQLite, *fakeStore) {
+	t.Helper()
+	o := store.DefaultOptions()
+	o.Retention, o.CompactInterval = 0, 0 // the test data is in 2026
+	st, err := store.Open(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	fake := newFakeStore()
+	for _, w := range fake.windows {
+		if err := st.Write(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, fake
 }

@@ -191,6 +191,15 @@ func (t chTable) dataName(cluster string) string {
 	return t.name
 }
 
+// names lists the tables that hold t over cluster: the data table, then
+// the Distributed one that reads it, if any.
+func (t chTable) names(cluster string) []string {
+	if name := t.dataName(cluster); name != t.name {
+		return []string{name, t.name}
+	}
+	return []string{t.name}
+}
+
 // chDDL returns the statements that create the schema in database db,
 // with Distributed tables over cluster when it is not "".
 func chDDL(db, cluster string) []string {
@@ -258,10 +267,7 @@ func addColumns(ctx context.Context, h *chClient, cluster string, version uint32
 		return err
 	}
 	for _, t := range chTables {
-		names := []string{t.name}
-		if name := t.dataName(cluster); name != t.name {
-			names = []string{name, t.name} // the data table first: the Distributed one reads it
-		}
+		names := t.names(cluster)
 		for _, c := range t.columns {
 			if v, ok := chAdded[t.name+"."+c[0]]; !ok || v <= version {
 				continue
@@ -346,11 +352,7 @@ func checkColumns(ctx context.Context, h *chClient, cluster string) error {
 		return err
 	}
 	for _, t := range chTables {
-		names := []string{t.name}
-		if name := t.dataName(cluster); name != t.name {
-			names = append(names, name)
-		}
-		for _, name := range names {
+		for _, name := range t.names(cluster) {
 			for _, c := range t.columns {
 				typ, ok := have[name+"."+c[0]]
 				switch {
