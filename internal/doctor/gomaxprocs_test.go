@@ -72,8 +72,11 @@ func TestGOMAXPROCSQuota(t *testing.T) {
 		t.Errorf("GOMAXPROCS matched to the quota has findings: %+v", got)
 	}
 	t.Logf("CPU per job: %s with GOMAXPROCS=8, %s with GOMAXPROCS=1", bugJob, fixedJob)
-	if fixedJob > bugJob*8/10 {
-		t.Errorf("CPU per job %s with GOMAXPROCS matched, %s with 8: want a drop of at least 20%%", fixedJob, bugJob)
+	// Seven CI runs (2026-11-26) measured drops of 19-44%: the bound is
+	// half the smallest, so that it tells a fix from none, not a good run
+	// from a worse one.
+	if fixedJob > bugJob*9/10 {
+		t.Errorf("CPU per job %s with GOMAXPROCS matched, %s with 8: want a drop of at least 10%%", fixedJob, bugJob)
 	}
 }
 
