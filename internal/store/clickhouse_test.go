@@ -175,14 +175,7 @@ func migrateFromV1(t *testing.T, dsn string, servers []*chtest.Server, db string
 			t.Errorf("host %d: schema version %d, %v; want %d", i, v, err, chSchemaVersion)
 		}
 	}
-	q := Query{From: w.Start, To: w.Start.Add(w.Duration)}
-	if p := query(t, s, q); p.Total() != w.Total() || p.Period != w.Period {
-		t.Errorf("CPU profile of the old window: %d samples of %s, want %d of %s", p.Total(), p.Period, w.Total(), w.Period)
-	}
-	q.Type = profile.OffCPU
-	if p := query(t, s, q); len(p.Samples) != 0 {
-		t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
-	}
+	q := checkReadsAsCPU(t, s, w)
 	// A new window of each type goes in beside the old one.
 	next := newWorkload(t0).window(1)
 	next.Kind, next.Period = profile.OffCPU, time.Nanosecond

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/flint-dev/flint/internal/profile"
 )
 
 func finding(start time.Time, detector, comm string) Finding {
@@ -111,15 +109,7 @@ func TestMigrateFromOlderVersions(t *testing.T) {
 			if n := count(t, s, "windows"); n != 1 {
 				t.Errorf("%d windows after migration, want 1", n)
 			}
-			w := newWorkload(t0).window(0)
-			q := Query{From: w.Start, To: w.Start.Add(w.Duration)}
-			if p := query(t, s, q); p.Total() != w.Total() || p.Period != w.Period {
-				t.Errorf("CPU profile of the old window: %d samples of %s, want %d of %s", p.Total(), p.Period, w.Total(), w.Period)
-			}
-			q.Type = profile.OffCPU
-			if p := query(t, s, q); len(p.Samples) != 0 {
-				t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
-			}
+			checkReadsAsCPU(t, s, newWorkload(t0).window(0))
 			var v string
 			s.rdb.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
 			if v != strconv.Itoa(schemaVersion) {

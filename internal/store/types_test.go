@@ -86,3 +86,19 @@ func TestProfileTypes(t *testing.T) {
 		}
 	})
 }
+
+// checkReadsAsCPU checks that w, written by a version without profile
+// types, reads as CPU time and not as off-CPU time; it returns the query
+// of w's range, of type off-CPU.
+func checkReadsAsCPU(t *testing.T, s Store, w *profile.Profile) Query {
+	t.Helper()
+	q := Query{From: w.Start, To: w.Start.Add(w.Duration)}
+	if p := query(t, s, q); p.Total() != w.Total() || p.Period != w.Period {
+		t.Errorf("CPU profile of the old window: %d samples of %s, want %d of %s", p.Total(), p.Period, w.Total(), w.Period)
+	}
+	q.Type = profile.OffCPU
+	if p := query(t, s, q); len(p.Samples) != 0 {
+		t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
+	}
+	return q
+}
