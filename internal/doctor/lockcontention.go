@@ -85,10 +85,6 @@ func lockContention(d *Data, t Thresholds) []Finding {
 	return out
 }
 
-func isLockSlowPath(fn string) bool {
-	return slices.Contains([]string{"sync.(*Mutex).lockSlow", "internal/sync.(*Mutex).lockSlow"}, fn)
-}
-
 // cpuUnder is the CPU pid's samples with a frame that fn accepts stand for,
 // in CPUs.
 func (d *Data) cpuUnder(pid int, fn func(string) bool) float64 {

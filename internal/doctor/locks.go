@@ -41,10 +41,19 @@ type LockStack struct {
 	Frames []Frame       // leaf first
 }
 
-// mutexSlowPaths are sync.Mutex's slow paths: in internal/sync from Go
-// 1.24, in sync before. The globs match either (nothing else in the
-// runtime or the standard library).
-var mutexSlowPaths = []string{"*sync.(*Mutex).lockSlow", "*sync.(*Mutex).unlockSlow"}
+// lockSlowPath and unlockSlowPath end the names of sync.Mutex's slow
+// paths: in internal/sync from Go 1.24, in sync before.
+const (
+	lockSlowPath   = "sync.(*Mutex).lockSlow"
+	unlockSlowPath = "sync.(*Mutex).unlockSlow"
+)
+
+// mutexSlowPaths are the trace's globs for them (nothing else in the
+// runtime or the standard library matches).
+var mutexSlowPaths = []string{"*" + lockSlowPath, "*" + unlockSlowPath}
+
+// isLockSlowPath reports whether fn is Lock's slow path, in either package.
+func isLockSlowPath(fn string) bool { return strings.HasSuffix(fn, lockSlowPath) }
 
 // lockTraceBudget bounds what the lock probes may cost a process: a share
 // of one CPU, past which they are detached (and the figures cover the time
@@ -92,7 +101,7 @@ func (lt *lockTrace) end(name func(pid int, pcs []uint64) []Frame) (*LockWaits, 
 	lw := &LockWaits{}
 	for _, f := range r.res.Functions {
 		stacks, traced := &lw.Releases, &lw.ReleasesTraced
-		if strings.HasSuffix(f.Name, ".lockSlow") {
+		if isLockSlowPath(f.Name) {
 			stacks, traced = &lw.Waits, &lw.Traced
 		}
 		*traced = f.Attached

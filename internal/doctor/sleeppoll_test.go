@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"math/bits"
 	"testing"
 	"time"
 )
@@ -94,11 +95,5 @@ func TestSleepPollThresholds(t *testing.T) {
 	}
 }
 
-// log2 is the latency bucket of d.
-func log2(d time.Duration) int {
-	b := 0
-	for n := d.Nanoseconds(); n >= 2; n >>= 1 {
-		b++
-	}
-	return b
-}
+// log2 is the latency bucket of d (at least 1 ns).
+func log2(d time.Duration) int { return bits.Len64(uint64(d)) - 1 }
