@@ -103,10 +103,12 @@ func permissionHint(err error) error {
 	return err
 }
 
-// goFile is what flint reads once per Go executable: its build
-// information and where runtime.gomaxprocs is. Finding the latter reads the
+// goFile is what flint reads once per executable: its build information
+// and, for Go, where runtime.gomaxprocs is. Finding the latter reads the
 // whole symbol table, too costly to repeat for every examination the agent
-// makes of a long-running process.
+// makes of a long-running process; and the agent examines every short-lived
+// process of a binary that is not Go, whose build information search reads
+// the file's data too.
 type goFile struct {
 	bi    *buildinfo.BuildInfo // nil: not Go
 	addr  uint64               // of runtime.gomaxprocs, before any load bias
@@ -149,18 +151,9 @@ func readGoFile(f *os.File) *goFile {
 		}
 	}
 	gf := &goFile{}
-	if gf.bi, err = buildinfo.Read(f); err != nil {
-		return gf
-	}
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		gf.err = fmt.Errorf("read ELF: %w", err)
-	} else {
-		gf.addr, gf.from, gf.err = gomaxprocsAddr(ef)
-		gf.pie = ef.Type == elf.ET_DYN
-		for _, p := range ef.Progs {
-			gf.progs = append(gf.progs, p.ProgHeader)
-		}
+	gf.bi, _ = buildinfo.Read(f) // nil: not Go, remembered too
+	if gf.bi != nil {
+		gf.readRuntime(f)
 	}
 	if key != (goFileKey{}) {
 		goFiles.Lock()
@@ -171,6 +164,20 @@ func readGoFile(f *os.File) *goFile {
 		goFiles.Unlock()
 	}
 	return gf
+}
+
+// readRuntime finds where a Go executable keeps runtime.gomaxprocs.
+func (gf *goFile) readRuntime(f *os.File) {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		gf.err = fmt.Errorf("read ELF: %w", err)
+		return
+	}
+	gf.addr, gf.from, gf.err = gomaxprocsAddr(ef)
+	gf.pie = ef.Type == elf.ET_DYN
+	for _, p := range ef.Progs {
+		gf.progs = append(gf.progs, p.ProgHeader)
+	}
 }
 
 // readGOMAXPROCS reads runtime.gomaxprocs from pid's memory. Its address

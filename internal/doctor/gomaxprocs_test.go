@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -220,5 +222,29 @@ func TestTrimFloat(t *testing.T) {
 		if got := trimFloat(f); got != want {
 			t.Errorf("trimFloat(%v) = %q, want %q", f, got, want)
 		}
+	}
+}
+
+// TestGoFileRemembersNotGo checks that an executable found not to be Go is
+// read once: the agent examines every short-lived process of such a binary.
+func TestGoFileRemembersNotGo(t *testing.T) {
+	exe, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1) to read")
+	}
+	open := func() *os.File {
+		f, err := os.Open(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	first := readGoFile(open())
+	if first.bi != nil {
+		t.Fatalf("%s read as Go %s", exe, first.bi.GoVersion)
+	}
+	if again := readGoFile(open()); again != first {
+		t.Errorf("%s read again, not remembered", exe)
 	}
 }
