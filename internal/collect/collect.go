@@ -4,9 +4,9 @@
 package collect
 
 import (
+	"encoding/binary"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -364,7 +364,7 @@ type builder struct {
 	jitAsked  map[procKey]bool // JVMs whose JIT map this Profile asked for
 	ids       map[*profile.Location]int
 	labelSets map[labelSetKey]map[string]string
-	key       strings.Builder
+	key       []byte // a stack's location numbers, scratch
 }
 
 // locKey identifies a location by the process it was sampled in (nil for
@@ -502,15 +502,14 @@ func (b *builder) stack(s *sampler.Sample) namedStack {
 		locs = append(locs, lostStack)
 	}
 	// Equal stacks in distinct slices get one id from their locations.
-	b.key.Reset()
+	b.key = b.key[:0]
 	for _, l := range locs {
-		b.key.WriteString(strconv.Itoa(b.id(l)))
-		b.key.WriteByte(',')
+		b.key = binary.LittleEndian.AppendUint32(b.key, uint32(b.id(l)))
 	}
-	id, ok := b.stackIDs[b.key.String()]
+	id, ok := b.stackIDs[string(b.key)]
 	if !ok {
 		id = len(b.stackIDs)
-		b.stackIDs[b.key.String()] = id
+		b.stackIDs[string(b.key)] = id
 	}
 	st := namedStack{locs: locs, id: id}
 	b.stacks[k] = st
@@ -550,6 +549,11 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if l := b.locs[lk]; l != nil {
 		return l
 	}
+	if l := b.sharedUser(p, addr, isReturn); l != nil {
+		// Named for another process of the binary already.
+		b.locs[lk] = l
+		return l
+	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
 	if m == nil && !b.refreshed[k] {
 		// The address may be in a library loaded after the process was
@@ -568,11 +572,7 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	}
 	l := &profile.Location{Address: addr, Frames: frames}
 	if m != nil {
-		pm := b.mappings[m]
-		if pm == nil {
-			pm = b.mapping(m)
-			b.mappings[m] = pm
-		}
+		pm := b.mappingOf(m)
 		l.Mapping = pm.Mapping
 		if pm.linked {
 			// Processes of one binary share its locations.
@@ -587,6 +587,36 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	}
 	b.locs[lk] = l
 	return l
+}
+
+// sharedUser returns the location this Profile made of the same
+// link-time address of the same binary in another process, if any: most of
+// a short-lived process's frames are in binaries other processes ran, and
+// finding them so spares naming them again.
+func (b *builder) sharedUser(p *proc.Process, addr uint64, isReturn bool) *profile.Location {
+	lookup := addr
+	if isReturn && lookup > 0 {
+		lookup--
+	}
+	m := p.Find(lookup)
+	if m == nil || m.Inode == 0 && m.Path != "[vdso]" {
+		return nil
+	}
+	pm := b.mappingOf(m)
+	if !pm.linked {
+		return nil
+	}
+	return b.locs[locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}]
+}
+
+// mappingOf returns the profile mapping of m, made once per Profile.
+func (b *builder) mappingOf(m *proc.Mapping) *mappingBias {
+	pm := b.mappings[m]
+	if pm == nil {
+		pm = b.mapping(m)
+		b.mappings[m] = pm
+	}
+	return pm
 }
 
 // mapping describes a mapping for profiles, at the addresses its binary
