@@ -227,6 +227,10 @@ static __always_inline __u32 announce_generation(__u32 tgid)
 	e->generation = g;
 	struct task_struct *leader = BPF_CORE_READ(bpf_get_current_task_btf(), group_leader);
 	e->start_boottime = BPF_CORE_READ(leader, start_boottime);
+	// The executable's text mapping names the executable: no readlink of
+	// /proc/PID/exe (even in a container, whose overlayfs gives the
+	// mapping and the exe link different inodes).
+	e->start_code = BPF_CORE_READ(leader, mm, start_code);
 	if (bpf_probe_read_kernel(e->comm, sizeof(e->comm), &leader->comm))
 		__builtin_memset(e->comm, 0, sizeof(e->comm)); // user space reads /proc then
 	bpf_ringbuf_submit(e, 0);

@@ -61,6 +61,7 @@ struct new_proc {
 	__u32 pid;
 	__u32 generation;
 	__u64 start_boottime; // the thread group leader's start, ns after boot
+	__u64 start_code;     // where the executable's text starts; 0: no mm
 	char comm[COMM_LEN];  // the thread group leader's name
 };
 

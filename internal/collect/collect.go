@@ -111,11 +111,11 @@ func (c *Collector) NewProc(pid, generation uint32) {
 }
 
 // Announced is NewProc for a process the sampler announced (its OnNewProc
-// callback), with the name and start time its BPF program read, which
-// spares reading /proc/PID/stat.
+// callback), with the name, start time and executable's text its BPF
+// program read, which spares reading /proc/PID/stat and /proc/PID/exe.
 func (c *Collector) Announced(np sampler.NewProc) {
 	c.learn(np.PID, np.Generation, func() (*proc.Process, error) {
-		return proc.ReadKnown(int(np.PID), np.Comm, np.StartTime)
+		return proc.ReadKnown(int(np.PID), proc.Known{Comm: np.Comm, StartTime: np.StartTime, ExeText: np.ExeText})
 	})
 }
 

@@ -81,20 +81,31 @@ var Root = "/proc"
 // short-lived process exits, and no more: the sampler calls it for every
 // new process on the node.
 func Read(pid int) (*Process, error) {
-	return ReadKnown(pid, "", 0)
+	return ReadKnown(pid, Known{})
 }
 
-// ReadKnown is Read for a process whose name and start time (clock ticks
-// after boot, as /proc/PID/stat has it) the caller knows already, from the
-// BPF program that announced it: reading /proc/PID/stat was a tenth of
-// the agent's CPU under process churn. An empty comm reads them.
-func ReadKnown(pid int, comm string, startTime uint64) (*Process, error) {
+// Known is what the BPF program that announced a process read of it,
+// which ReadKnown need not read from /proc: under process churn, reading
+// /proc/PID/stat was a tenth of the agent's CPU, and /proc/PID/exe a
+// twentieth.
+type Known struct {
+	// Comm and StartTime (clock ticks after boot, as /proc/PID/stat has
+	// it); an empty Comm reads both.
+	Comm      string
+	StartTime uint64
+	// ExeText is an address in the executable's text: the mapping there
+	// names the executable. 0 reads /proc/PID/exe.
+	ExeText uint64
+}
+
+// ReadKnown is Read for a process of which the caller knows k.
+func ReadKnown(pid int, k Known) (*Process, error) {
 	dir := Root + "/" + strconv.Itoa(pid)
-	p := &Process{PID: pid, NSPID: pid, Comm: comm, StartTime: startTime}
+	p := &Process{PID: pid, NSPID: pid, Comm: k.Comm, StartTime: k.StartTime}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	var err error
-	if comm == "" {
+	if k.Comm == "" {
 		if p.Comm, p.StartTime, err = readStat(pid, *bp); err != nil {
 			return nil, err
 		}
@@ -102,10 +113,14 @@ func ReadKnown(pid int, comm string, startTime uint64) (*Process, error) {
 	if p.Mappings, err = readMappings(dir, bp); err != nil {
 		return nil, fmt.Errorf("read pid %d mappings: %w", pid, err)
 	}
-	// The rest is best effort: a kernel thread has no exe, a process may
-	// be gone by now.
-	p.Exe, _ = os.Readlink(dir + "/exe")
-	p.Exe = strings.TrimSuffix(p.Exe, " (deleted)")
+	if m := p.Find(k.ExeText); m != nil && m.Inode != 0 && m.Path != "" {
+		p.Exe = m.Path
+	} else {
+		// Best effort: a kernel thread has no exe, a process may be gone
+		// by now.
+		p.Exe, _ = os.Readlink(dir + "/exe")
+		p.Exe = strings.TrimSuffix(p.Exe, " (deleted)")
+	}
 	// The namespace PID names the JIT map /tmp/perf-NSPID.map, read only
 	// for anonymous executable memory.
 	if hasAnonymousCode(p.Mappings) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -105,6 +106,31 @@ func TestReadSelf(t *testing.T) {
 	magic := make([]byte, 4)
 	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != "\x7fELF" {
 		t.Errorf("opened mapping starts %q, %v", magic, err)
+	}
+}
+
+// TestReadKnownExe names the executable by the mapping at the start of
+// its text, as the sampler's announcement gives it (here from
+// /proc/self/stat's startcode), and by /proc/PID/exe without it.
+func TestReadKnownExe(t *testing.T) {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	startCode, err := strconv.ParseUint(f[23], 10, 64) // field 26
+	if err != nil || startCode == 0 {
+		t.Fatalf("startcode %q: %v", f[23], err)
+	}
+	exe, _ := os.Executable()
+	for _, text := range []uint64{startCode, 0, 1} {
+		p, err := ReadKnown(os.Getpid(), Known{Comm: "self", StartTime: 1, ExeText: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Exe != exe || p.Comm != "self" || p.StartTime != 1 {
+			t.Errorf("ExeText %#x: exe %q comm %q start %d; want exe %q", text, p.Exe, p.Comm, p.StartTime, exe)
+		}
 	}
 }
 

@@ -36,6 +36,7 @@ type profileNewProc struct {
 	Pid           uint32
 	Generation    uint32
 	StartBoottime uint64
+	StartCode     uint64
 	Comm          [16]int8
 }
 

@@ -413,6 +413,9 @@ type NewProc struct {
 	PID, Generation uint32
 	Comm            string
 	StartTime       uint64 // clock ticks after boot
+	// ExeText is where the executable's text starts in the process; 0 for
+	// a process without memory of its own (a kernel thread).
+	ExeText uint64
 }
 
 // clockTick is the unit of /proc's times (USER_HZ, 100 on every Linux
@@ -431,6 +434,7 @@ func decodeNewProc(raw []byte) (NewProc, bool) {
 		PID:        binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
 		Generation: binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]),
 		StartTime:  binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.StartBoottime):]) / uint64(clockTick),
+		ExeText:    binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.StartCode):]),
 	}
 	comm := raw[unsafe.Offsetof(ev.Comm):][:len(ev.Comm)]
 	if n := bytes.IndexByte(comm, 0); n >= 0 {

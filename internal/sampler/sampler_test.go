@@ -110,14 +110,20 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			if st.Samples < mine || st.Dropped() > 0 {
 				t.Errorf("stats %+v: want ≥ %d samples and no drops", st, mine)
 			}
-			// Announced with the name and start time /proc gives.
+			// Announced with the name and start time /proc gives, and an
+			// address in the executable's text.
 			stat, err := proc.Read(int(self))
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := NewProc{PID: self, Comm: stat.Comm, StartTime: stat.StartTime}
-			if i := slices.IndexFunc(drainChan(announced), func(p NewProc) bool { p.Generation = 0; return p == want }); i < 0 {
-				t.Errorf("this process was never announced as %+v", want)
+			i := slices.IndexFunc(drainChan(announced), func(p NewProc) bool {
+				text := stat.Find(p.ExeText)
+				p.Generation, p.ExeText = 0, 0
+				return p == want && text != nil && text.Path == stat.Exe
+			})
+			if i < 0 {
+				t.Errorf("this process was never announced as %+v with an address in %s", want, stat.Exe)
 			}
 		})
 	}
@@ -265,3 +271,4 @@ func kernelStacks(t *testing.T, s *Sampler) int {
 	}
 	return n
 }
+
