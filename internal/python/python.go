@@ -47,25 +47,76 @@ type Interpreter struct {
 	// object; 0 when unknown (nothing is checked then).
 	CodeType uint64
 	Offsets  Offsets
+
+	// file is the file the interpreter is in, shared by every process of
+	// it; nil for an Interpreter made otherwise than by Find (nothing
+	// shared). bias is how far this process loaded it from its link-time
+	// addresses.
+	file *interpFile
+	bias uint64
 }
 
 // interpFile is a file holding a CPython interpreter (the executable, or
 // libpython when built shared) as all processes mapping it share it, at
-// link-time addresses.
+// link-time addresses. Safe for concurrent use.
 type interpFile struct {
 	minor             int
 	offsets           Offsets
 	runtime, codeType uint64 // _PyRuntime, PyCode_Type (0: unknown)
 	layout            symbol.Layout
+	lo, hi            uint64 // the file's image (Layout.Span)
+
+	mu sync.Mutex
+	// codes are the code objects read in the image, by link-time
+	// address. In 3.11 and 3.12 the code objects of the modules frozen
+	// into the interpreter (importlib's, os's, codecs'...) are static
+	// there ("deep-frozen"; 3.13 makes them on the heap again,
+	// python/cpython#108716): the same in every process, never freed,
+	// their names and line tables never changed. Every import runs
+	// through them.
+	codes map[uint64]*code
 }
+
+// maxStatic bounds the code objects kept per interpreter file; past it
+// the cache starts over. The images of 3.11 and 3.12 hold under a
+// thousand that functions run.
+const maxStatic = 1 << 12
 
 // interpreter returns the interpreter of a process that loaded b at bias.
 func (b *interpFile) interpreter(bias uint64) *Interpreter {
-	in := &Interpreter{Minor: b.minor, Runtime: b.runtime + bias, Offsets: b.offsets}
+	in := &Interpreter{Minor: b.minor, Runtime: b.runtime + bias, Offsets: b.offsets, file: b, bias: bias}
 	if b.codeType != 0 {
 		in.CodeType = b.codeType + bias
 	}
 	return in
+}
+
+// image returns the link-time address of addr, and whether addr lies in
+// the image of the interpreter's file, where an object is static.
+func (in *Interpreter) image(addr uint64) (uint64, bool) {
+	if in.file == nil {
+		return 0, false
+	}
+	link := addr - in.bias
+	return link, link >= in.file.lo && link < in.file.hi
+}
+
+// code returns the code object read at link-time address link; nil if none
+// was.
+func (b *interpFile) code(link uint64) *code {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.codes[link]
+}
+
+// keep records the code object read at link-time address link.
+func (b *interpFile) keep(link uint64, c *code) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.codes == nil || len(b.codes) >= maxStatic {
+		b.codes = map[uint64]*code{}
+	}
+	b.codes[link] = c
 }
 
 // Symbols reads the mapped files of processes, as symbol.Symbolizer does;
@@ -80,7 +131,8 @@ type Symbols interface {
 
 // Finder finds the CPython interpreters of processes. It looks at each
 // mapped file once (by device and inode): a process of an interpreter it
-// knows costs a map look-up for each mapping whose path says python.
+// knows costs a map look-up for each mapping whose path says python, and
+// the processes of one interpreter share the code objects of its image.
 // Safe for concurrent use.
 type Finder struct {
 	sym Symbols
@@ -175,6 +227,7 @@ func (f *Finder) look(m *proc.Mapping) (found, bool) {
 	if t, ok := f.sym.Symbol(m, "PyCode_Type"); ok {
 		b.codeType = t - bias
 	}
+	b.lo, b.hi = layout.Span()
 	return found{in: b}, true
 }
 
