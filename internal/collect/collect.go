@@ -31,7 +31,8 @@ type Collector struct {
 	files   map[proc.FileKey]*fileUse // files mapped by known processes
 	skipped uint64                    // processes not learned: maxProcs known
 
-	pyKernel      PythonKernel // nil: Python frames are not read
+	pyKernel      PythonKernel   // nil: Python frames are not read
+	pyFinder      *python.Finder // its lock is taken after mu (Forget)
 	pythons       map[procKey]*python.Process
 	pyUnsupported uint64 // CPython processes of versions flint cannot read
 	pyNote        string // why, for the first of them
@@ -62,7 +63,7 @@ type procKey struct{ pid, generation uint32 }
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
 	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{},
-		pythons: map[procKey]*python.Process{}}
+		pyFinder: python.NewFinder(sym), pythons: map[procKey]*python.Process{}}
 }
 
 // Namer names the pod and container a process runs in (namespace, pod,
@@ -254,8 +255,8 @@ func (c *Collector) Processes() int {
 const forgetRounds = 2
 
 // Forget drops processes that exited and were not named in the last
-// rounds; the agent calls it once a window. Profiles already built keep
-// their names.
+// rounds, and the CPython interpreters that no process left maps; the
+// agent calls it once a window. Profiles already built keep their names.
 func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()
 	var stale []procKey
@@ -280,6 +281,9 @@ func (c *Collector) Forget(round uint64) {
 		}
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pyFinder.Trim(func(k proc.FileKey) bool { return c.files[k] != nil })
 }
 
 func (c *Collector) entry(k procKey) *proc.Process {

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/python"
 	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/store"
 	"github.com/flint-dev/flint/internal/symbol"
@@ -204,4 +206,84 @@ func stacksIn(b *testing.B, pid int, gen uint32) []sampler.Sample {
 		out = append(out, sampler.Sample{PID: uint32(pid), TID: uint32(pid), Generation: gen, Comm: "python3", Thread: "python3", User: stack, Count: 1})
 	}
 	return out
+}
+
+// BenchmarkLearnPython measures what a new python3 process costs the agent
+// for its Python frames, past NewProc: finding its interpreter and telling
+// the sampler (learnPython), reading the code objects its samples' Python
+// frames ran (ReadPython), and forgetting it; "learn" leaves out the
+// reading. Every operation is a new image of one live python3 process, as
+// a script run again and again is: the agent knows the interpreter's files
+// already. Its six samples of twelve Python frames each name 34 code
+// objects of a short run's imports (fixture.PythonCodes): 28 of modules
+// frozen into the interpreter (importlib's, os's, codecs'), six made at
+// run time.
+//
+//	go test -run '^$' -bench LearnPython -count 3 ./internal/collect/
+func BenchmarkLearnPython(b *testing.B) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("needs python3")
+	}
+	pid, codes := fixture.PythonCodes(b, py)
+	p, err := proc.Read(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var samples []sampler.Sample
+	for i := range 6 {
+		var stack []uint64
+		for j := range 12 {
+			stack = append(stack, frameWord(codes[(i*5+j)%len(codes)].Addr, uint32(j)))
+		}
+		samples = append(samples, sampler.Sample{PID: uint32(pid), TID: uint32(pid), Comm: "python3", Thread: "python3", User: stack, Count: 1})
+	}
+	for _, read := range []bool{false, true} {
+		name := "learn"
+		if read {
+			name = "learn+read"
+		}
+		b.Run(name, func(b *testing.B) {
+			sym := symbol.New()
+			defer sym.Close()
+			c := New(sym, "")
+			c.SetPython(nopPython{})
+			c.NewProc(uint32(pid), 0)
+			if c.python(procKey{pid: uint32(pid)}) == nil {
+				b.Fatalf("no interpreter found in %s (pid %d)", p.Exe, pid)
+			}
+			gen := uint32(1)
+			cpu := cpuTime()
+			for b.Loop() {
+				k := procKey{uint32(pid), gen}
+				if err := c.learnPython(k, p); err != nil {
+					b.Fatal(err)
+				}
+				if read {
+					for i := range samples {
+						samples[i].Generation = gen
+					}
+					c.ReadPython(samples)
+				}
+				c.mu.Lock()
+				c.forgetPython(k)
+				c.mu.Unlock()
+				gen++
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// nopPython is a sampler that reads no Python frames.
+type nopPython struct{}
+
+func (nopPython) SetPython(uint32, uint32, *python.Interpreter) error { return nil }
+func (nopPython) DeletePython(uint32) error                           { return nil }
+
+// frameWord is the sampler's word for a Python frame running the code
+// object at addr, at instruction index (bpf/profile.h, enum
+// python_frame_bits).
+func frameWord(addr uint64, index uint32) uint64 {
+	return 1<<63 | uint64(index)<<44 | addr>>3
 }

@@ -45,7 +45,7 @@ func (c *Collector) learnPython(k procKey, p *proc.Process) error {
 	if kernel == nil {
 		return nil
 	}
-	in, err := python.Find(p, c.sym.Symbol)
+	in, err := c.pyFinder.Find(p)
 	if in == nil {
 		return err
 	}

@@ -133,9 +133,21 @@ func (p *Process) code(addr uint64) *code {
 	if c := p.codes[addr]; c != nil {
 		return c
 	}
-	c, err := p.readCode(addr)
-	if err != nil {
-		c = &code{}
+	// A code object in the interpreter's image is read once for all the
+	// processes of the interpreter.
+	link, static := p.interp.image(addr)
+	var c *code
+	if static {
+		c = p.interp.file.code(link)
+	}
+	if c == nil {
+		var err error
+		switch c, err = p.readCode(addr); {
+		case err != nil:
+			c = &code{}
+		case static:
+			p.interp.file.keep(link, c)
+		}
 	}
 	if len(p.codes) >= maxCodes {
 		clear(p.codes)

@@ -3,8 +3,13 @@ package python
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 func TestModule(t *testing.T) {
@@ -92,4 +97,149 @@ func FuzzFrame(f *testing.F) {
 			t.Fatalf("Frame named %q", fr.Function)
 		}
 	})
+}
+
+// countedMemory counts the reads of a process's memory.
+type countedMemory struct {
+	memory
+	reads int
+}
+
+func (m *countedMemory) ReadAt(b []byte, off int64) (int, error) {
+	m.reads++
+	return m.memory.ReadAt(b, off)
+}
+
+// TestStaticCodeShared names the code objects of a short run's imports
+// in two processes of each interpreter: those in the interpreter's image
+// (3.11's and 3.12's frozen modules) are read once for both, the others
+// in each; every name is what CPython says and what a read of the process
+// alone gives.
+func TestStaticCodeShared(t *testing.T) {
+	for _, py := range interpreters {
+		if py.err != nil {
+			continue
+		}
+		t.Run(py.name, func(t *testing.T) {
+			sym := symbol.New()
+			defer sym.Close()
+			f := NewFinder(sym)
+			for i := range 2 {
+				p, codes := learnCodes(t, sym, py.path)
+				in, err := f.Find(p)
+				if err != nil || in == nil {
+					t.Fatalf("Find: %v, %v", in, err)
+				}
+				pp, err := Open(p.PID, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pp.Close()
+				mem := &countedMemory{memory: pp.mem}
+				pp.mem = mem
+				alone, err := Open(p.PID, &Interpreter{Minor: in.Minor, Runtime: in.Runtime, CodeType: in.CodeType, Offsets: in.Offsets})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer alone.Close()
+				image := imageOf(t, p.PID, in)
+				var static, frozen int
+				for _, c := range codes {
+					inImage := image(c.Addr)
+					if strings.HasPrefix(c.File, "<frozen ") {
+						frozen++
+						if inImage {
+							static++
+						}
+					}
+					want := c.Name
+					if m := Module(c.File); m != "" {
+						want = m + "." + c.Name
+					}
+					reads := mem.reads
+					for index := range uint32(3) {
+						w := word(c.Addr, index)
+						got := pp.Frame(w)
+						if got.Function != want || got.File != c.File || got.StartLine != c.FirstLine {
+							t.Errorf("process %d: %#x named %+v, want %s at %s from line %d", i, c.Addr, got, want, c.File, c.FirstLine)
+						}
+						if a := alone.Frame(w); got != a {
+							t.Errorf("process %d: %#x named %+v, alone %+v", i, c.Addr, got, a)
+						}
+					}
+					if n := mem.reads - reads; (i == 1 && inImage) != (n == 0) {
+						t.Errorf("process %d: %s (in the image: %v) took %d reads", i, want, inImage, n)
+					}
+				}
+				if want := map[bool]int{true: frozen}[in.Minor == 11 || in.Minor == 12]; static != want {
+					t.Errorf("process %d: %d of %d frozen code objects in the interpreter's image, want %d", i, static, frozen, want)
+				}
+			}
+		})
+	}
+}
+
+// TestStaticCodeChecked shares only code objects: an object of the image
+// that is not one (its ob_type not PyCode_Type) is read by every process.
+func TestStaticCodeChecked(t *testing.T) {
+	const codeType = 0xc0de
+	img := codeImage("f", "/a.py", nil)
+	binary.LittleEndian.PutUint64(img[0x100+8:], codeType) // ob_type
+	file := &interpFile{lo: 0, hi: uint64(len(img))}
+	var mems []*countedMemory
+	for i := range 2 {
+		p := fakeProcess(t, img)
+		p.interp = &Interpreter{Minor: 12, Offsets: versions[12], CodeType: codeType, file: file}
+		mems = append(mems, &countedMemory{memory: p.mem})
+		p.mem = mems[i]
+		if f := p.Frame(word(0x100, 0)); f.Function != "a.f" {
+			t.Errorf("process %d: code object named %+v", i, f)
+		}
+		if f := p.Frame(word(0x200, 0)); f.Function != "[python: unreadable code]" {
+			t.Errorf("process %d: no code object named %+v", i, f)
+		}
+	}
+	// One read tells the other object's type.
+	if mems[0].reads <= 1 || mems[1].reads != 1 {
+		t.Errorf("reads: %d in the first process, %d in the second; want the code object's and 1, then 1", mems[0].reads, mems[1].reads)
+	}
+}
+
+// imageOf returns whether an address of process pid lies in a mapping of
+// the file its interpreter in is in (where PyCode_Type is), by
+// /proc/PID/maps.
+func imageOf(t *testing.T, pid int, in *Interpreter) func(addr uint64) bool {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type mapping struct {
+		lo, hi uint64
+		path   string
+	}
+	var all []mapping
+	for line := range strings.Lines(string(maps)) {
+		var m mapping
+		if _, err := fmt.Sscanf(line, "%x-%x %s %s %s %s %s", &m.lo, &m.hi, new(string), new(string), new(string), new(string), &m.path); err == nil {
+			all = append(all, m)
+		}
+	}
+	path := ""
+	for _, m := range all {
+		if m.lo <= in.CodeType && in.CodeType < m.hi {
+			path = m.path
+		}
+	}
+	if path == "" {
+		t.Fatalf("no file mapped at PyCode_Type (%#x) in pid %d", in.CodeType, pid)
+	}
+	return func(addr uint64) bool {
+		for _, m := range all {
+			if m.path == path && m.lo <= addr && addr < m.hi {
+				return true
+			}
+		}
+		return false
+	}
 }

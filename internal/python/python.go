@@ -12,8 +12,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // fileVersion matches the executable or library of a CPython interpreter
@@ -45,38 +47,201 @@ type Interpreter struct {
 	// object; 0 when unknown (nothing is checked then).
 	CodeType uint64
 	Offsets  Offsets
+
+	// file is the file the interpreter is in, shared by every process of
+	// it; nil for an Interpreter made otherwise than by Find (nothing
+	// shared). bias is how far this process loaded it from its link-time
+	// addresses.
+	file *interpFile
+	bias uint64
 }
 
-// SymbolFunc returns where a process has the symbol name of mapping m's
-// file; false when that file has no such symbol.
-type SymbolFunc func(m *proc.Mapping, name string) (uint64, bool)
+// interpFile is a file holding a CPython interpreter (the executable, or
+// libpython when built shared) as all processes mapping it share it, at
+// link-time addresses. Safe for concurrent use.
+type interpFile struct {
+	minor             int
+	offsets           Offsets
+	runtime, codeType uint64 // _PyRuntime, PyCode_Type (0: unknown)
+	layout            symbol.Layout
+	lo, hi            uint64 // the file's image (Layout.Span)
+
+	mu sync.Mutex
+	// codes are the code objects read in the image, by link-time
+	// address. In 3.11 and 3.12 the code objects of the modules frozen
+	// into the interpreter (importlib's, os's, codecs'...) are static
+	// there ("deep-frozen"; 3.13 makes them on the heap again,
+	// python/cpython#108716): the same in every process, never freed,
+	// their names and line tables never changed. Every import runs
+	// through them.
+	codes map[uint64]*code
+}
+
+// maxStatic bounds the code objects kept per interpreter file; past it
+// the cache starts over. The images of 3.11 and 3.12 hold under a
+// thousand that functions run.
+const maxStatic = 1 << 12
+
+// interpreter returns the interpreter of a process that loaded b at bias.
+func (b *interpFile) interpreter(bias uint64) *Interpreter {
+	in := &Interpreter{Minor: b.minor, Runtime: b.runtime + bias, Offsets: b.offsets, file: b, bias: bias}
+	if b.codeType != 0 {
+		in.CodeType = b.codeType + bias
+	}
+	return in
+}
+
+// image returns the link-time address of addr, and whether addr lies in
+// the image of the interpreter's file, where an object is static.
+func (in *Interpreter) image(addr uint64) (uint64, bool) {
+	if in.file == nil {
+		return 0, false
+	}
+	link := addr - in.bias
+	return link, link >= in.file.lo && link < in.file.hi
+}
+
+// code returns the code object read at link-time address link; nil if none
+// was.
+func (b *interpFile) code(link uint64) *code {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.codes[link]
+}
+
+// keep records the code object read at link-time address link.
+func (b *interpFile) keep(link uint64, c *code) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.codes == nil || len(b.codes) >= maxStatic {
+		b.codes = map[uint64]*code{}
+	}
+	b.codes[link] = c
+}
+
+// Symbols reads the mapped files of processes, as symbol.Symbolizer does;
+// a mapping's file must be learned.
+type Symbols interface {
+	// Symbol returns where m's process has the symbol name of m's file.
+	Symbol(m *proc.Mapping, name string) (uint64, bool)
+	// Layout returns where m's file loads its segments; false when the
+	// file cannot be read.
+	Layout(m *proc.Mapping) (symbol.Layout, bool)
+}
+
+// Finder finds the CPython interpreters of processes. It looks at each
+// mapped file once (by device and inode): a process of an interpreter it
+// knows costs a map look-up for each mapping whose path says python, and
+// the processes of one interpreter share the code objects of its image.
+// Safe for concurrent use.
+type Finder struct {
+	sym Symbols
+
+	mu    sync.Mutex
+	files map[proc.FileKey]found
+}
+
+// found is what a mapped file is: an interpreter (in), one of a version
+// flint cannot read (err), or neither.
+type found struct {
+	in  *interpFile
+	err error
+}
+
+// maxFiles bounds the files a Finder knows; past it it starts over. Every
+// interpreter installed maps its own dozens of extension modules
+// (lib-dynload/_json.cpython-311-x86_64-linux-gnu.so), all named python.
+const maxFiles = 4096
+
+// NewFinder returns a Finder reading files with sym.
+func NewFinder(sym Symbols) *Finder {
+	return &Finder{sym: sym, files: map[proc.FileKey]found{}}
+}
 
 // Find returns the CPython interpreter of p: the mapped file whose name
 // says CPython that defines _PyRuntime (the executable, or libpython when
 // built shared). It returns nil, nil for a process without one, and
-// ErrVersion for one of another version.
-func Find(p *proc.Process, symbol SymbolFunc) (*Interpreter, error) {
-	seen := map[proc.FileKey]bool{}
+// ErrVersion for one of another version. A file that cannot be read is
+// looked at again in the next process that maps it.
+func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		v := FileVersion(m.Path)
-		if v == "" || m.Inode == 0 || seen[m.Key()] {
-			continue
+		if m.Inode == 0 || !strings.Contains(m.Path, "python") {
+			continue // most files: not even a look-up
 		}
-		seen[m.Key()] = true
-		runtime, ok := symbol(m, "_PyRuntime")
+		f.mu.Lock()
+		known, ok := f.files[m.Key()]
+		f.mu.Unlock()
 		if !ok {
+			if known, ok = f.look(m); !ok {
+				continue
+			}
+			f.mu.Lock()
+			if prev, ok := f.files[m.Key()]; ok {
+				known = prev // another process's, at the same time
+			} else {
+				if len(f.files) >= maxFiles {
+					clear(f.files)
+				}
+				f.files[m.Key()] = known
+			}
+			f.mu.Unlock()
+		}
+		if known.err != nil {
+			return nil, known.err
+		}
+		if known.in == nil {
 			continue
 		}
-		minor, ok := minorOf(v)
-		o, known := versions[minor]
-		if !ok || !known {
-			return nil, fmt.Errorf("python%s in %s: %w", v, m.Path, ErrVersion)
+		if bias, ok := known.in.layout.Bias(m); ok {
+			return known.in.interpreter(bias), nil
 		}
-		codeType, _ := symbol(m, "PyCode_Type")
-		return &Interpreter{Minor: minor, Runtime: runtime, CodeType: codeType, Offsets: o}, nil
 	}
 	return nil, nil
+}
+
+// look tells what m's file is; false when it cannot be read now.
+func (f *Finder) look(m *proc.Mapping) (found, bool) {
+	v := FileVersion(m.Path)
+	if v == "" {
+		return found{}, true
+	}
+	layout, ok := f.sym.Layout(m)
+	if !ok {
+		return found{}, false
+	}
+	bias, ok := layout.Bias(m)
+	if !ok {
+		return found{}, false
+	}
+	runtime, ok := f.sym.Symbol(m, "_PyRuntime")
+	if !ok {
+		return found{}, true
+	}
+	minor, ok := minorOf(v)
+	o, known := versions[minor]
+	if !ok || !known {
+		return found{err: fmt.Errorf("python%s in %s: %w", v, m.Path, ErrVersion)}, true
+	}
+	b := &interpFile{minor: minor, offsets: o, runtime: runtime - bias, layout: layout}
+	if t, ok := f.sym.Symbol(m, "PyCode_Type"); ok {
+		b.codeType = t - bias
+	}
+	b.lo, b.hi = layout.Span()
+	return found{in: b}, true
+}
+
+// Trim forgets the files keep does not report, so that the Finder holds
+// the interpreters in use only, and a file deleted whose inode is reused
+// is looked at anew.
+func (f *Finder) Trim(keep func(proc.FileKey) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.files {
+		if !keep(k) {
+			delete(f.files, k)
+		}
+	}
 }
 
 // minorOf returns the minor version of "3.minor".

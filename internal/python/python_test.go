@@ -1,6 +1,13 @@
 package python
 
-import "testing"
+import (
+	"errors"
+	"testing"
+
+	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/symbol"
+)
 
 func TestFileVersion(t *testing.T) {
 	for path, want := range map[string]string{
@@ -32,5 +39,96 @@ func TestMinorOf(t *testing.T) {
 		if got != want {
 			t.Errorf("minorOf(%q) = %d, want %d", v, got, want)
 		}
+	}
+}
+
+// interpreters are the interpreters the tests of real processes run:
+// pyenv's builds (libpython shared), Debian's (a non-PIE executable) and
+// 3.8, which flint cannot read.
+var interpreters = []struct {
+	name string
+	path string
+	err  error // what Find returns
+}{
+	{"3.8", "/root/.pyenv/versions/3.8.18/bin/python3.8", ErrVersion},
+	{"3.9", "/root/.pyenv/versions/3.9.18/bin/python3.9", nil},
+	{"3.10", "/root/.pyenv/versions/3.10.13/bin/python3.10", nil},
+	{"3.11", "/root/.pyenv/versions/3.11.7/bin/python3.11", nil},
+	{"3.12", "/root/.pyenv/versions/3.12.1/bin/python3.12", nil},
+	{"3.13", "/root/.pyenv/versions/3.13.0/bin/python3.13", nil},
+	{"debian 3.11", "/usr/bin/python3.11", nil},
+}
+
+// countedSymbols counts what a Finder asks of the files.
+type countedSymbols struct {
+	Symbols
+	calls int
+}
+
+func (c *countedSymbols) Symbol(m *proc.Mapping, name string) (uint64, bool) {
+	c.calls++
+	return c.Symbols.Symbol(m, name)
+}
+
+func (c *countedSymbols) Layout(m *proc.Mapping) (symbol.Layout, bool) {
+	c.calls++
+	return c.Symbols.Layout(m)
+}
+
+// learnCodes starts fixture.PythonCodes under python, has sym learn it
+// and returns it and its code objects.
+func learnCodes(t *testing.T, sym *symbol.Symbolizer, python string) (*proc.Process, []fixture.PythonCode) {
+	t.Helper()
+	pid, codes := fixture.PythonCodes(t, python)
+	p, err := proc.Read(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym.Learn(p)
+	return p, codes
+}
+
+// TestFinder finds the interpreter of two processes of each interpreter:
+// the second's costs no look-up in its files, and both get the addresses
+// of their own process (ASLR), those its mapping's symbols have.
+func TestFinder(t *testing.T) {
+	for _, py := range interpreters {
+		t.Run(py.name, func(t *testing.T) {
+			sym := symbol.New()
+			defer sym.Close()
+			counted := &countedSymbols{Symbols: sym}
+			f := NewFinder(counted)
+			var calls []int
+			for range 2 {
+				p, _ := learnCodes(t, sym, py.path)
+				in, err := f.Find(p)
+				calls = append(calls, counted.calls)
+				if !errors.Is(err, py.err) {
+					t.Fatalf("Find: %v, want %v", err, py.err)
+				}
+				if err != nil {
+					continue
+				}
+				var want uint64
+				for i := range p.Mappings {
+					if addr, ok := sym.Symbol(&p.Mappings[i], "_PyRuntime"); ok {
+						want = addr
+						break
+					}
+				}
+				if in == nil || in.Runtime != want || in.CodeType == 0 {
+					t.Fatalf("Find = %+v, want _PyRuntime at %#x and PyCode_Type", in, want)
+				}
+			}
+			if calls[0] == 0 || calls[1] != calls[0] {
+				t.Errorf("look-ups in the files: %d for the first process, %d more for the second, want some then none", calls[0], calls[1]-calls[0])
+			}
+			f.Trim(func(proc.FileKey) bool { return false })
+			p, _ := learnCodes(t, sym, py.path)
+			f.Find(p)
+			if counted.calls == calls[1] {
+				t.Error("no look-up in the files after Trim")
+			}
+		})
 	}
 }

@@ -97,6 +97,21 @@ func (l Layout) Bias(m *proc.Mapping) (uint64, bool) {
 	return start - (found.vaddr + off - found.off), true
 }
 
+// Span returns the link-time addresses [lo, hi) the file's bytes are
+// loaded at: from its lowest PT_LOAD's start to its highest one's last
+// byte from the file (a zero-filled tail, .bss, is left out). A runtime
+// address minus a mapping's Bias that falls inside is in the file's image:
+// the same static object in every process that maps the file.
+func (l Layout) Span() (lo, hi uint64) {
+	for i, s := range l {
+		if i == 0 || s.vaddr < lo {
+			lo = s.vaddr
+		}
+		hi = max(hi, s.vaddr+s.size)
+	}
+	return lo, hi
+}
+
 // Lookup names the virtual address addr; nil when no table covers it.
 func (b *Binary) Lookup(addr uint64) []Frame {
 	if b.goTable != nil {

@@ -36,3 +36,13 @@ func TestBiasMatchesAddr(t *testing.T) {
 		})
 	}
 }
+
+func TestSpan(t *testing.T) {
+	l := Layout{{off: 0x1000, vaddr: 0x401000, size: 0x3000, exec: true}, {off: 0, vaddr: 0x400000, size: 0x800}, {off: 0x4000, vaddr: 0x405000, size: 0x1200}}
+	if lo, hi := l.Span(); lo != 0x400000 || hi != 0x406200 {
+		t.Errorf("Span = %#x-%#x, want 0x400000-0x406200", lo, hi)
+	}
+	if lo, hi := (Layout{}).Span(); lo != 0 || hi != 0 {
+		t.Errorf("Span of no segments = %#x-%#x", lo, hi)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -270,6 +271,19 @@ func (s *Symbolizer) Bias(m *proc.Mapping) (bias uint64, ok bool) {
 		return 0, false
 	}
 	return bin.segments.Bias(m)
+}
+
+// Layout returns the layout of mapping m's file, where its segments are
+// loaded (for Layout.Bias and Layout.Span); false when the file cannot be
+// read. m's file must be learned.
+func (s *Symbolizer) Layout(m *proc.Mapping) (Layout, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bin := s.binary(m.Key())
+	if bin == nil {
+		return nil, false
+	}
+	return slices.Clone(bin.segments), true
 }
 
 // Symbol returns the address the symbol called name (as Binary.Symbol
