@@ -259,8 +259,7 @@ static __always_inline __u32 proc_generation(__u32 tgid)
 // stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
 // them) and returns how many frames it holds, counting failures in err
 // (a kernel thread has no user stack; user code has no kernel stack).
-static __always_inline __u32 stack_frames(void *ctx, __u64 *ips, __u64 flags,
-					  enum sampler_stat err)
+static __always_inline __u32 stack_frames(void *ctx, __u64 *ips, __u64 flags, enum sampler_stat err)
 {
 	long n = bpf_get_stack(ctx, ips, MAX_STACK_DEPTH * sizeof(__u64), flags);
 	if (n < 0) {
@@ -572,7 +571,8 @@ static long python_frame_step(__u64 i, void *arg)
 	if (!w->frame || n >= PY_MAX_FRAMES)
 		return 1;
 	__u64 frame = w->frame, code, instr = 0;
-	if (!read_user(&code, frame + o->frame_code) || !read_user(&w->frame, frame + o->frame_previous))
+	if (!read_user(&code, frame + o->frame_code) ||
+	    !read_user(&w->frame, frame + o->frame_previous))
 		return 1;
 	__u8 owner = 0;
 	if (o->layout != PY_FRAME_OBJECT &&
@@ -588,7 +588,8 @@ static long python_frame_step(__u64 i, void *arg)
 	bool entry = true;
 	if (o->layout == PY_FRAME_OBJECT) {
 		int lasti;
-		if (bpf_probe_read_user(&lasti, sizeof(lasti), (const void *)(frame + o->frame_instr)))
+		if (bpf_probe_read_user(&lasti, sizeof(lasti),
+					(const void *)(frame + o->frame_instr)))
 			return 1;
 		instr = lasti > 0 ? lasti : 0;
 	} else {
@@ -601,8 +602,8 @@ static long python_frame_step(__u64 i, void *arg)
 	if (instr > PY_INDEX_MAX)
 		instr = PY_INDEX_MAX;
 	w->out[n] = 1ULL << PY_FRAME_MARK | (entry ? 1ULL << PY_FRAME_ENTRY : 0) |
-					  instr << PY_FRAME_INDEX_SHIFT |
-					  ((code >> PY_FRAME_CODE_ALIGN) & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1));
+		    instr << PY_FRAME_INDEX_SHIFT |
+		    ((code >> PY_FRAME_CODE_ALIGN) & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1));
 	w->n = n + 1;
 	return 0;
 }
@@ -611,7 +612,8 @@ static long python_frame_step(__u64 i, void *arg)
 // returns how many; 0 for a thread of no CPython process. A global
 // function: the verifier checks it once, not once for each path of its
 // callers, which the unwinder's already multiply.
-__noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase, struct python_stack *out)
+__noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase,
+			     struct python_stack *out)
 {
 	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &tgid);
 	if (!p || !out || (p->generation && p->generation != gen))
@@ -652,8 +654,9 @@ static long python_append_step(__u64 i, void *arg)
 // process has them, then the Python frames of a CPython thread, and
 // returns its depth; in_user as walk_user's. python is scratch space for
 // those.
-static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
-					 __u32 tid, __u32 gen, __u64 *ips, struct python_stack *python)
+static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_struct *task,
+					 __u32 tgid, __u32 tid, __u32 gen, __u64 *ips,
+					 struct python_stack *python)
 {
 	__u32 np = python_frames(tgid, tid, gen, task->thread.fsbase, python);
 	if (np > PY_MAX_FRAMES)
@@ -699,7 +702,8 @@ static __always_inline void aggregate(struct sample_key *key)
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
 				 struct task_struct *task, struct python_stack *python)
 {
-	__u32 user_len = user_frames(ctx, user_mode(ctx), task, e->pid, e->tid, e->generation, e->ips, python);
+	__u32 user_len =
+	    user_frames(ctx, user_mode(ctx), task, e->pid, e->tid, e->generation, e->ips, python);
 	e->user_len = user_len;
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
@@ -760,9 +764,9 @@ int sample(struct bpf_perf_event_data *ctx)
 // The stacks of a departure wait in `off_cpu_stacks`, an LRU map, and move
 // to `stacks` only when the wait counts: most waits are short, and their
 // stacks, which no sample names, would fill `stacks` for good.
-const volatile __u32 self_tgid = 0;	      // flint: never recorded
+const volatile __u32 self_tgid = 0;	       // flint: never recorded
 const volatile __u64 off_cpu_min_ns = 1000000; // --off-cpu-min
-const volatile __u32 off_cpu_sample = 1;      // --off-cpu-sample N
+const volatile __u32 off_cpu_sample = 1;       // --off-cpu-sample N
 
 // Threads off the CPU: tid -> span. LRU: a thread that exits off the CPU
 // leaves its span behind. 32768 threads off the CPU at once (2.6 MB).
@@ -820,7 +824,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			keep_stack(key.kernel_stack);
 			__u64 zero = 0, *total = lookup_or_init(&off_cpu, &key, &zero);
 			if (total)
-				__sync_fetch_and_add(total, off * (off_cpu_sample > 1 ? off_cpu_sample : 1));
+				__sync_fetch_and_add(
+				    total, off * (off_cpu_sample > 1 ? off_cpu_sample : 1));
 			else
 				count(STAT_OFF_CPU_FULL);
 		}
@@ -838,8 +843,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc, &off_cpu_stacks,
-		  &out->key);
+	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc,
+		  &off_cpu_stacks, &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;
 }

@@ -9,21 +9,21 @@
 #define EFAULT 14
 
 enum sampler_stat {
-	STAT_SAMPLES,		// timer ticks that ran the program for a traced process
-	STAT_USER_STACK_ERR,	// user stack unreadable (not just absent)
-	STAT_KERNEL_STACK_ERR,	// kernel stack unreadable
-	STAT_STACKS_FULL,	// stacks map full: sample kept, stack lost
-	STAT_COUNTS_FULL,	// counts map full: sample lost
-	STAT_RINGBUF_FULL,	// ring buffer full: sample lost
-	STAT_PROC_EVENTS_LOST,	// new-process notification lost: naming may fail
-	STAT_UNWIND_WALKS,	// user stacks walked with unwind tables
-	STAT_UNWIND_COMPLETE,	// of those, walks that reached the outermost frame
-	STAT_UNWIND_FAULTS,	// of those, walks cut short by unreadable stack memory
-	STAT_UNWIND_STALE,	// processes found running code outside their mappings
-	STAT_PYTHON_STACKS,	// samples of CPython threads with Python frames read
-	STAT_PYTHON_NO_THREAD,	// samples of CPython processes whose thread state was not found
-	STAT_OFF_CPU_SPANS,	// off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
-	STAT_OFF_CPU_FULL,	// off_cpu map full: span lost
+	STAT_SAMPLES,	       // timer ticks that ran the program for a traced process
+	STAT_USER_STACK_ERR,   // user stack unreadable (not just absent)
+	STAT_KERNEL_STACK_ERR, // kernel stack unreadable
+	STAT_STACKS_FULL,      // stacks map full: sample kept, stack lost
+	STAT_COUNTS_FULL,      // counts map full: sample lost
+	STAT_RINGBUF_FULL,     // ring buffer full: sample lost
+	STAT_PROC_EVENTS_LOST, // new-process notification lost: naming may fail
+	STAT_UNWIND_WALKS,     // user stacks walked with unwind tables
+	STAT_UNWIND_COMPLETE,  // of those, walks that reached the outermost frame
+	STAT_UNWIND_FAULTS,    // of those, walks cut short by unreadable stack memory
+	STAT_UNWIND_STALE,     // processes found running code outside their mappings
+	STAT_PYTHON_STACKS,    // samples of CPython threads with Python frames read
+	STAT_PYTHON_NO_THREAD, // samples of CPython processes whose thread state was not found
+	STAT_OFF_CPU_SPANS,    // off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
+	STAT_OFF_CPU_FULL,     // off_cpu map full: span lost
 	STAT_MAX,
 };
 
@@ -38,8 +38,8 @@ struct sample_key {
 	__u32 tid;
 	__u32 generation; // of the process image, see known_procs
 	__u32 pad;
-	__u64 user_stack;   // hash in `stacks`, 0: none
-	__u64 kernel_stack; // hash in `stacks`, 0: none
+	__u64 user_stack;      // hash in `stacks`, 0: none
+	__u64 kernel_stack;    // hash in `stacks`, 0: none
 	char comm[COMM_LEN];   // process (thread group leader) name
 	char thread[COMM_LEN]; // thread name
 };
@@ -114,11 +114,11 @@ struct unwind_proc {
 // user stack after its native frames, each as one tagged word that no user
 // address can be (they are below 2^47):
 enum python_frame_bits {
-	PY_FRAME_MARK = 63,	    // set: a Python frame
-	PY_FRAME_ENTRY = 62,	    // the outermost frame of one native eval call
-	PY_FRAME_INDEX_SHIFT = 44,  // bits 44-61: the instruction index
-	PY_FRAME_INDEX_BITS = 18,   // (3.9: byte offset; later: code units)
-	PY_FRAME_CODE_ALIGN = 3,    // bits 0-43: the code object's address >> 3
+	PY_FRAME_MARK = 63,	   // set: a Python frame
+	PY_FRAME_ENTRY = 62,	   // the outermost frame of one native eval call
+	PY_FRAME_INDEX_SHIFT = 44, // bits 44-61: the instruction index
+	PY_FRAME_INDEX_BITS = 18,  // (3.9: byte offset; later: code units)
+	PY_FRAME_CODE_ALIGN = 3,   // bits 0-43: the code object's address >> 3
 };
 
 // Python frames read at most; the native frames get the rest of the stack.
@@ -142,8 +142,8 @@ struct python_offsets {
 	__u16 cframe_frame;	// _PyCFrame.current_frame
 	__u16 frame_code;
 	__u16 frame_previous;
-	__u16 frame_instr; // f_lasti (PY_FRAME_OBJECT), else the instruction pointer
-	__u16 frame_owner; // is_entry or owner
+	__u16 frame_instr;   // f_lasti (PY_FRAME_OBJECT), else the instruction pointer
+	__u16 frame_owner;   // is_entry or owner
 	__u16 code_bytecode; // co_code_adaptive: the first code unit
 	__u8 layout;	     // enum python_layout
 	__u8 cframe;	     // tstate_frame points to a _PyCFrame (3.11, 3.12)

@@ -144,8 +144,7 @@ static __always_inline __u64 arg(struct trace_event_raw_sys_enter *ctx, int i)
 }
 
 // classify sets the argument flags of a call; false means "do not trace".
-static __always_inline bool classify(struct trace_event_raw_sys_enter *ctx, __s32 nr,
-				     __u32 *flags)
+static __always_inline bool classify(struct trace_event_raw_sys_enter *ctx, __s32 nr, __u32 *flags)
 {
 	bool zero = false;
 	if (nr == nr_epoll_wait || nr == nr_epoll_pwait)
@@ -269,7 +268,8 @@ int sys_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 
-	struct call_inflight *in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	struct call_inflight *in =
+	    bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!in || !in->start_ns || in->start_ns < traced_since)
 		return 0; // not traced, or entered before tracing began
 	struct call_inflight c = *in;
@@ -302,8 +302,11 @@ int sys_exit(struct trace_event_raw_sys_exit *ctx)
 		__sync_fetch_and_add(&st->latency[b], 1);
 
 	if (c.stack) {
-		struct call_stack_key sk = {
-			.pid = tgid, .tid = tid, .nr = c.nr, .flags = c.flags | result, .stack = c.stack};
+		struct call_stack_key sk = {.pid = tgid,
+					    .tid = tid,
+					    .nr = c.nr,
+					    .flags = c.flags | result,
+					    .stack = c.stack};
 		count_stack(&sk);
 	}
 	return 0;

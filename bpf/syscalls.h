@@ -21,15 +21,15 @@ enum call_flag {
 	CALL_STDERR = 4,       // a write to fd 2
 	CALL_DEADLINE = 32,    // a clock_nanosleep until an absolute time (a ticker)
 	// Only in call_stack_key: how the call ended.
-	CALL_FAILED = 8,  // returned -errno
-	CALL_EMPTY = 16,  // returned 0 (no events, nothing written)
+	CALL_FAILED = 8, // returned -errno
+	CALL_EMPTY = 16, // returned 0 (no events, nothing written)
 };
 
 enum syscall_tracer_stat {
-	TRACER_CALLS,	      // calls traced to their exit
-	TRACER_STATS_FULL,    // calls map full: call lost
-	TRACER_INFLIGHT_FULL, // no task storage for the call: call lost
-	TRACER_STACKS_FULL,   // stacks full: call counted, stack lost
+	TRACER_CALLS,		  // calls traced to their exit
+	TRACER_STATS_FULL,	  // calls map full: call lost
+	TRACER_INFLIGHT_FULL,	  // no task storage for the call: call lost
+	TRACER_STACKS_FULL,	  // stacks full: call counted, stack lost
 	TRACER_STACK_COUNTS_FULL, // stack_counts full: stack sample lost
 	TRACER_STACK_ERR,	  // user stack unreadable (not just absent)
 	TRACER_STAT_MAX,

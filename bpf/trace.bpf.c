@@ -190,12 +190,14 @@ static __always_inline __u32 bucket(__u64 ns)
 	if (ns < HIST_SUB)
 		return ns;
 	__u32 e = log2_u64(ns);
-	__u32 i = (e - HIST_SUB_BITS + 1) * HIST_SUB + ((ns >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1));
+	__u32 i =
+	    (e - HIST_SUB_BITS + 1) * HIST_SUB + ((ns >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1));
 	return i < HIST_BUCKETS ? i : HIST_BUCKETS - 1;
 }
 
 // stack_of names where a call at a function's first instruction came from.
-static __always_inline void stack_of(struct stack_key *sk, struct pt_regs *ctx, struct frame_key *fk)
+static __always_inline void stack_of(struct stack_key *sk, struct pt_regs *ctx,
+				     struct frame_key *fk)
 {
 	sk->tgid = fk->tgid;
 	sk->func = fk->func;

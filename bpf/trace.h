@@ -76,7 +76,7 @@ struct start_key {
 struct stack_key {
 	__u32 tgid;
 	__u32 func;
-	__s32 stack;  // id in call_stacks; negative when lost
+	__s32 stack; // id in call_stacks; negative when lost
 	__u32 pad;
 	__u64 caller; // return address into the caller
 };
