@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # agent-ab.sh: the agent's CPU and BPF run time with two sets of flags, or
-# two builds, alternating, under the spin fixtures (one C and one Go per CPU).
+# two builds, alternating, under the spin fixtures (one C and one Go per CPU)
+# or none.
 #
 #	sudo bench/agent-ab.sh "" "--doctor-every 0"     # the doctor's cost
 #	sudo SECONDS_EACH=120 ROUNDS=2 bench/agent-ab.sh A-FLAGS B-FLAGS
 #	sudo A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # another build as A
 #	sudo CHURN=10 A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # under churn
+#	sudo LOAD=none WARMUP=60 CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
 #
-# A_BIN and B_BIN default to a build of this checkout. Each run: the agent
-# starts, warms up 25 s, then its CPU (the sum of its threads' run time in
+# A_BIN and B_BIN default to a build of this checkout. With LOAD=none the
+# spin fixtures do not run: what the agent spends on churn alone shows
+# best on an otherwise quiet node. Each run: the agent starts, warms up
+# WARMUP seconds (25), then its CPU (the sum of its threads' run time in
 # /proc/PID/task/*/schedstat, in ns) and flint_bpf_run_seconds_total
 # (/metrics) are read over SECONDS_EACH; with CHURN=N, over PHASE seconds
 # without and PHASE seconds with N new processes a second (bench/churn.sh).
@@ -24,10 +28,14 @@ go build -o "$tmp/flint" ./cmd/flint
 a_bin=${A_BIN:-$tmp/flint}; b_bin=${B_BIN:-$tmp/flint}
 gcc -O1 -fno-omit-frame-pointer -o "$tmp/spin" testdata/fixtures/spin.c
 go build -o "$tmp/spin-go" ./testdata/fixtures/spin-go
-for _ in $(seq "$(nproc)"); do
-	"$tmp/spin" >/dev/null & pids+=($!)
-	"$tmp/spin-go" >/dev/null & pids+=($!)
-done
+LOAD=${LOAD:-spin}
+[[ $LOAD == spin || $LOAD == none ]] || { echo "agent-ab: LOAD=$LOAD: want spin or none" >&2; exit 1; }
+if [[ $LOAD == spin ]]; then
+	for _ in $(seq "$(nproc)"); do
+		"$tmp/spin" >/dev/null & pids+=($!)
+		"$tmp/spin-go" >/dev/null & pids+=($!)
+	done
+fi
 addr=127.0.0.1:7098
 cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 metric() { curl -s "http://$addr/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
@@ -35,7 +43,7 @@ run() { # binary flags
 	local data; data=$(mktemp -d -p "$tmp")
 	# shellcheck disable=SC2086 # the flags are words
 	"$1" agent --data-dir "$data" --listen "$addr" $2 2>"$data.log" & local a=$!
-	sleep 25
+	sleep "${WARMUP:-25}"
 	if ((CHURN > 0)); then
 		echo "$1 [$2]: $(churn_phases $a metric cpu)"
 		kill $a; wait $a || true
