@@ -271,4 +271,3 @@ func kernelStacks(t *testing.T, s *Sampler) int {
 	}
 	return n
 }
-
