@@ -572,6 +572,43 @@ func TestEqualItemsOneRow(t *testing.T) {
 	}
 }
 
+// TestAlikeLocationsOneRow writes locations whose addresses differ but
+// whose frames and mapping do not: one row, before and after a restart
+// (its caches empty), while another line or another mapping is a row of
+// its own.
+func TestAlikeLocationsOneRow(t *testing.T) {
+	dir := t.TempDir()
+	lib := &profile.Mapping{Start: 0x1000, Limit: 0x9000, File: "/lib/libx.so"}
+	other := &profile.Mapping{Start: 0x1000, Limit: 0x9000, File: "/lib/liby.so"}
+	at := func(m *profile.Mapping, addr uint64, line int) *profile.Location {
+		return &profile.Location{Address: addr, Mapping: m, Frames: []symbol.Frame{{Function: "f", File: "f.c", Line: line}}}
+	}
+	window := func(i int, stack ...*profile.Location) *profile.Profile {
+		return &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Samples: []*profile.Sample{
+			{Stack: stack, Count: 1, Labels: map[string]string{"comm": "c"}},
+		}}
+	}
+	s := openTest(t, dir, testOptions())
+	write(t, s, window(0, at(lib, 0x1010, 3), at(lib, 0x1014, 3)))
+	if n := count(t, s, "locations"); n != 1 {
+		t.Errorf("%d locations stored for one line at two addresses, want 1", n)
+	}
+	s.Close()
+	s = openTest(t, dir, testOptions())
+	write(t, s, window(1, at(lib, 0x1018, 3)), window(2, at(lib, 0x101c, 4), at(other, 0x1010, 3)))
+	if n, m := count(t, s, "locations"), count(t, s, "stacks"); n != 3 || m != 3 {
+		t.Errorf("%d locations and %d stacks stored, want 3 and 3: one per line and mapping", n, m)
+	}
+	got := query(t, s, Query{From: t0, To: t0.Add(3 * wlWindow)})
+	// Read back at the address stored first.
+	first := at(lib, 0x1010, 3)
+	want := slices.Concat(window(0, first, first).Samples, window(1, first).Samples,
+		window(2, at(lib, 0x101c, 4), at(other, 0x1010, 3)).Samples)
+	if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+		t.Error(diff)
+	}
+}
+
 func count(t *testing.T, s *SQLite, table string) int {
 	t.Helper()
 	var n int

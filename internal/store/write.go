@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -63,6 +62,17 @@ type locKey struct {
 	address uint64
 }
 
+// framesKey finds a location by what names it: its mapping row and its
+// frames as stored (function ids and lines). A location is one row per
+// framesKey: addresses that symbolize alike (the same function, line and
+// inlining) share the row of the first one stored, so a short-lived
+// process whose samples land on new instructions of known lines adds no
+// locations, and fewer stacks.
+type framesKey struct {
+	mapping int64
+	frames  string
+}
+
 // cache maps an item's content to its row. It is bounded; see maxCachedItems.
 type cache[K comparable, V any] struct {
 	m   map[K]V
@@ -99,7 +109,8 @@ type writer struct {
 
 	funcs     cache[funcKey, entry]
 	mappings  cache[profile.Mapping, entry]
-	locations cache[locKey, locEntry]
+	locations cache[locKey, locEntry]   // by address: no function lookups
+	byFrames  cache[framesKey, int64]   // by content: the row's identity
 	stacks    cache[string, entry]      // key: stack blob
 	labelsets cache[uint64, labelEntry] // key: labelsHash
 
@@ -128,11 +139,11 @@ type triple struct{ labels, stack, count int64 }
 // newLoc is a location that the caches miss, looked up with the window's
 // others; id is 0 until it is found or stored.
 type newLoc struct {
-	l      *profile.Location
-	key    locKey
-	hash   int64
-	frames []byte // function ids and lines, as stored
-	id     int64
+	l    *profile.Location
+	key  locKey
+	fk   framesKey // fk.frames: function ids and lines, as stored
+	hash int64
+	id   int64
 }
 
 // newStack is a stack the caches miss, looked up with the window's others.
@@ -152,7 +163,7 @@ var writerStatements = map[string]string{
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 	"loc.add":      `INSERT INTO locations (hash, mapping, address, frames) VALUES (?, ?, ?, coalesce(?, x''))`,
-	"loc.batch":    `SELECT id, hash, mapping, address, frames FROM locations WHERE hash IN (SELECT value FROM json_each(?))`,
+	"loc.batch":    `SELECT id, hash, mapping, frames FROM locations WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY id`,
 	"stack.batch":  `SELECT id, hash, last, locations FROM stacks WHERE hash IN (SELECT value FROM json_each(?))`,
 	"stack.add":    `INSERT INTO stacks (hash, last, locations) VALUES (?, ?, coalesce(?, x''))`,
 	"stack.last":   `UPDATE stacks SET last = ? WHERE id = ?`,
@@ -197,6 +208,7 @@ func (w *writer) resetCaches() {
 	w.funcs = newCache[funcKey, entry](maxCachedItems)
 	w.mappings = newCache[profile.Mapping, entry](maxCachedItems)
 	w.locations = newCache[locKey, locEntry](maxCachedLocations)
+	w.byFrames = newCache[framesKey, int64](maxCachedLocations)
 	w.stacks = newCache[string, entry](maxCachedItems)
 	w.labelsets = newCache[uint64, labelEntry](maxCachedLabelSets)
 }
@@ -557,10 +569,16 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 		k = binary.AppendUvarint(k, uint64(fn))
 		k = binary.AppendUvarint(k, uint64(int64(f.Line)))
 	}
-	// The hash covers what identifies the row: mapping, address, frames.
-	h := hash64(binary.AppendUvarint(binary.AppendUvarint(slices.Clip(k), uint64(mapping)), l.Address))
+	fk := framesKey{mapping, string(k)}
+	if id, ok := w.byFrames.m[fk]; ok {
+		remember(w, &w.locations, lk, locEntry{id, slices.Clone(l.Frames)})
+		w.locMemo[l] = id
+		return nil
+	}
+	// The hash covers what identifies the row: its frames and mapping.
+	h := hash64(binary.AppendUvarint(slices.Clip(k), uint64(mapping)))
 	w.locMemo[l] = 0 // until addLocations
-	w.newLocs = append(w.newLocs, newLoc{l: l, key: lk, hash: h, frames: k})
+	w.newLocs = append(w.newLocs, newLoc{l: l, key: lk, fk: fk, hash: h})
 	return nil
 }
 
@@ -568,13 +586,15 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 // inserts those the store does not have.
 func (w *writer) addLocations(ctx context.Context) error {
 	err := w.batch(ctx, "loc", len(w.newLocs), func(i int) int64 { return w.newLocs[i].hash }, func(rows *sql.Rows) error {
-		var id, h, mapping, addr int64
+		var id, h, mapping int64
 		var frames []byte
-		if err := rows.Scan(&id, &h, &mapping, &addr, &frames); err != nil {
+		if err := rows.Scan(&id, &h, &mapping, &frames); err != nil {
 			return err
 		}
 		for _, i := range w.found[h] {
-			if nl := &w.newLocs[i]; nl.key == (locKey{mapping, uint64(addr)}) && bytes.Equal(nl.frames, frames) {
+			// The first row stored wins over duplicates an older flint
+			// stored (it told addresses apart).
+			if nl := &w.newLocs[i]; nl.id == 0 && nl.fk == (framesKey{mapping, string(frames)}) {
 				nl.id = id
 			}
 		}
@@ -585,12 +605,12 @@ func (w *writer) addLocations(ctx context.Context) error {
 	}
 	for i := range w.newLocs {
 		nl := &w.newLocs[i]
-		// Equal locations in distinct objects: the first one stored.
-		if e, ok := w.locations.m[nl.key]; ok && nl.id == 0 && slices.Equal(e.frames, nl.l.Frames) {
-			nl.id = e.id
+		// Alike locations earlier in the window: the first one stored.
+		if id, ok := w.byFrames.m[nl.fk]; ok && nl.id == 0 {
+			nl.id = id
 		}
 		if nl.id == 0 {
-			res, err := w.st["loc.add"].ExecContext(ctx, nl.hash, nl.key.mapping, int64(nl.key.address), nl.frames)
+			res, err := w.st["loc.add"].ExecContext(ctx, nl.hash, nl.key.mapping, int64(nl.key.address), []byte(nl.fk.frames))
 			if err != nil {
 				return fmt.Errorf("insert location: %w", err)
 			}
@@ -598,6 +618,7 @@ func (w *writer) addLocations(ctx context.Context) error {
 				return err
 			}
 		}
+		remember(w, &w.byFrames, nl.fk, nl.id)
 		remember(w, &w.locations, nl.key, locEntry{nl.id, slices.Clone(nl.l.Frames)})
 		w.locMemo[nl.l] = nl.id
 	}
