@@ -126,6 +126,7 @@ func writeUnwindMetrics(w io.Writer, st unwind.TableStats) {
 	gauge := metricWriter(w)
 	gauge("flint_unwind_processes", "Processes whose stacks are walked with unwind tables.", "gauge", st.Processes)
 	gauge("flint_unwind_binaries", "Binaries whose unwind tables are loaded.", "gauge", st.Binaries)
+	gauge("flint_unwind_tables_building", "Binaries whose unwind tables are being built or wait to be: frame pointers in their code meanwhile.", "gauge", st.Building)
 	gauge("flint_unwind_rows", "Unwind rows loaded.", "gauge", st.RowsUsed)
 	gauge("flint_unwind_rows_capacity", "Unwind rows --unwind-memory holds.", "gauge", st.Capacity)
 	gauge("flint_unwind_tables_built_total", "Binaries whose call frame information was read (Go programs are not).", "counter", st.Built)

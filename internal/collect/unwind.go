@@ -21,7 +21,7 @@ func StartUnwind(c *Collector, s *sampler.Sampler) *unwind.Tables {
 	t := unwind.New(s, unwind.Options{
 		Rows:        s.UnwindRows(),
 		MaxMappings: sampler.MaxUnwindMappings,
-		Open:        proc.Open,
+		Open:        func(pid int, m *proc.Mapping) (unwind.File, error) { return proc.Open(pid, m) },
 	})
 	c.SetUnwinder(t)
 	return t

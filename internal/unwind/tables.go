@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -47,13 +47,20 @@ type Options struct {
 	// MaxMappings is how many mappings of one process the Kernel lists.
 	MaxMappings int
 	// Open opens the file behind mapping m of process pid (proc.Open).
-	Open func(pid int, m *proc.Mapping) (*os.File, error)
+	Open func(pid int, m *proc.Mapping) (File, error)
+}
+
+// File is an opened binary (an *os.File) the builder reads a table from.
+type File interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // TableStats count what Tables hold and skipped.
 type TableStats struct {
 	Processes  int // processes walked with tables
 	Binaries   int // binaries with rows loaded
+	Building   int // tables being built or waiting to be
 	RowsUsed   int // rows loaded, of Capacity
 	Capacity   int
 	Built      uint64 // tables built from CFI
@@ -71,13 +78,21 @@ type TableStats struct {
 
 // Tables builds unwind rows for the binaries that sampled processes map,
 // shares them between processes, and keeps the Kernel's copy current.
-// Tables are built by one goroutine in the order processes are learned;
-// until a process's are loaded, its stacks are walked with frame pointers.
+// One goroutine, the worker, lists processes and loads tables; another,
+// the builder, reads the tables in the order they are asked, so that a
+// process is listed at once with the tables that are ready and listed
+// again as each of the others is built. Until a mapping's table is loaded,
+// its stacks are walked with frame pointers.
 type Tables struct {
 	k    Kernel
 	opts Options
 	jobs chan job
 	done chan struct{}
+
+	// The worker hands builds to the builder and takes them back read.
+	// It keeps those the builder has not taken, sending in a select
+	// beside its receives: the two never wait for each other.
+	builds, results chan build
 
 	// queue orders sending on jobs, numbering them, and guards it against
 	// Close; the worker never holds it, so Learn and Forget do not wait.
@@ -86,7 +101,8 @@ type Tables struct {
 	closed bool
 
 	// The worker alone changes what mu guards; Stats and Forget read or
-	// add under it, and the worker never holds it over I/O.
+	// add under it, the builder counts what it reads, and the worker never
+	// holds it over I/O.
 	mu        sync.Mutex
 	binaries  map[proc.FileKey]*table
 	procs     map[uint32]*listed
@@ -94,6 +110,11 @@ type Tables struct {
 	room      uint64 // bumped whenever rows may have become free
 	forgotten []job  // Forget's, done once the jobs before them are
 	stats     TableStats
+
+	// The worker's alone.
+	pending []build           // asked, not yet taken by the builder
+	waiting map[uint32]waiter // processes with tables being built
+	flushes []chan<- struct{} // Flushes waiting for the builds to end
 }
 
 type job struct {
@@ -101,7 +122,7 @@ type job struct {
 	generation uint32
 	mappings   []proc.Mapping // a copy: the caller's may change
 	relist     bool           // a listing put off (relistInterval)
-	flushed    chan struct{}  // closed once the jobs before it are done
+	flushed    chan struct{}  // closed once the jobs before it are done and no table is being built
 	seq        uint64         // its number in the queue; for a Forget, the last job before it
 }
 
@@ -112,8 +133,25 @@ type table struct {
 	layout      symbol.Layout
 	refs        int // listed processes mapping it
 	lastUse     time.Time
+	building    bool   // asked of the builder: not built again, not evicted
 	overBudget  bool   // no room when built: retried when room frees
 	room        uint64 // Tables.room when it did not fit
+}
+
+// build is a table asked of the builder, and what it read.
+type build struct {
+	table  *table // the worker's: the builder does not touch it
+	file   File
+	rows   []Row
+	layout symbol.Layout
+	err    error
+}
+
+// waiter is a process waiting for tables being built: its latest job is
+// done again as each of them is.
+type waiter struct {
+	job
+	tables []*table
 }
 
 // listed is a process the Kernel lists.
@@ -131,19 +169,24 @@ func New(k Kernel, o Options) *Tables {
 		k: k, opts: o,
 		jobs:     make(chan job, 4096),
 		done:     make(chan struct{}),
+		builds:   make(chan build),
+		results:  make(chan build),
 		binaries: map[proc.FileKey]*table{},
 		procs:    map[uint32]*listed{},
 		free:     []span{{0, uint32(o.Rows)}},
+		waiting:  map[uint32]waiter{},
 	}
 	t.stats.Capacity = o.Rows
 	go t.run()
+	go t.build()
 	return t
 }
 
 // Learn lists process p's image generation (0: whichever it is) in the
-// Kernel, building the tables of the binaries it maps that have none yet. It does not wait:
-// a busy queue drops the process (counted), whose stacks stay on frame
-// pointers. Learning a listed process again lists its mappings anew.
+// Kernel with the tables of the binaries it maps that are ready, has the
+// others built, and lists it again as each is. It does not wait: a busy
+// queue drops the process (counted), whose stacks stay on frame pointers.
+// Learning a listed process again lists its mappings anew.
 func (t *Tables) Learn(p *proc.Process, generation uint32) {
 	t.send(job{pid: p.PID, generation: generation, mappings: append([]proc.Mapping(nil), p.Mappings...)})
 }
@@ -179,7 +222,9 @@ func (t *Tables) send(j job) {
 	}
 }
 
-// Flush waits until what was asked before it is done; not after Close.
+// Flush waits until what was asked before it is done, the tables it
+// built loaded and their processes listed again, or until Close; not
+// after Close.
 func (t *Tables) Flush() {
 	done := make(chan struct{})
 	t.queue.Lock()
@@ -190,8 +235,9 @@ func (t *Tables) Flush() {
 	<-done
 }
 
-// Close stops the builder once it has done what it was asked; the Kernel
-// keeps what it holds.
+// Close stops Tables once the jobs asked before it are done, without
+// waiting for the tables they build: a build under way ends, unused;
+// the Kernel keeps what it holds and is not written to after.
 func (t *Tables) Close() {
 	t.queue.Lock()
 	t.closed = true
@@ -216,11 +262,96 @@ func (t *Tables) Stats() TableStats {
 	return st
 }
 
+// run is the worker: it alone changes the Kernel and what Tables hold.
 func (t *Tables) run() {
 	defer close(t.done)
-	for j := range t.jobs {
-		t.do(j)
-		t.forgetDone(j.seq)
+	for {
+		var builds chan<- build // nil, never ready, with nothing to send
+		var next build
+		if len(t.pending) > 0 {
+			builds, next = t.builds, t.pending[0]
+		}
+		select {
+		case j, ok := <-t.jobs:
+			if !ok {
+				t.stop()
+				return
+			}
+			t.do(j)
+			t.forgetDone(j.seq)
+		case builds <- next:
+			t.pending = t.pending[1:]
+		case b := <-t.results:
+			t.built(b)
+		}
+		if t.stats.Building == 0 {
+			t.endFlushes()
+		}
+	}
+}
+
+// stop ends the builder, dropping the builds it has not taken and the one
+// under way, and the Flushes waiting.
+func (t *Tables) stop() {
+	close(t.builds)
+	for _, b := range t.pending {
+		b.file.Close()
+	}
+	t.pending = nil
+	for range t.results {
+	}
+	t.endFlushes()
+}
+
+func (t *Tables) endFlushes() {
+	for _, f := range t.flushes {
+		close(f)
+	}
+	t.flushes = nil
+}
+
+// build is the builder: it reads the tables the worker asks for, one at a
+// time (a burst of new binaries takes one CPU), and sends them back.
+func (t *Tables) build() {
+	defer close(t.results)
+	for b := range t.builds {
+		b.rows, b.layout, b.err = t.parse(b.file)
+		b.file.Close()
+		t.results <- b
+	}
+}
+
+// built loads a table the builder read and lists again the processes
+// waiting for it, at once: relistInterval bounds Learn's relists only.
+func (t *Tables) built(r build) {
+	b := r.table
+	b.layout, b.building = r.layout, false
+	t.mu.Lock()
+	t.stats.Building--
+	switch err, rows := r.err, r.rows; {
+	case errors.Is(err, ErrNoCFI), err == nil && len(rows) == 0:
+		t.stats.NoCFI++
+	case errors.Is(err, ErrTooManyRows), err == nil && rows[len(rows)-1].PC-rows[0].PC > 1<<32-1:
+		t.stats.Unusable++
+	case err != nil:
+		t.stats.Malformed++
+	}
+	t.mu.Unlock()
+	if r.err == nil && len(r.rows) > 0 {
+		t.load(b, r.rows)
+	}
+	var due []job
+	for _, w := range t.waiting {
+		if slices.Contains(w.tables, b) {
+			due = append(due, w.job)
+		}
+	}
+	for _, j := range due {
+		var relisted time.Time
+		if l := t.procs[uint32(j.pid)]; l != nil && l.generation == j.generation {
+			relisted = l.relisted
+		}
+		t.list(j, relisted)
 	}
 }
 
@@ -245,7 +376,7 @@ func (t *Tables) forgetDone(seq uint64) {
 func (t *Tables) do(j job) {
 	switch l := t.procs[uint32(j.pid)]; {
 	case j.flushed != nil:
-		close(j.flushed)
+		t.flushes = append(t.flushes, j.flushed) // ended once no build is outstanding
 	case j.pid == 0: // a wake-up
 	case l != nil && l.generation == j.generation:
 		// Listed again: at most every relistInterval.
@@ -254,32 +385,39 @@ func (t *Tables) do(j job) {
 			time.AfterFunc(wait, func() { t.send(j) })
 			return
 		}
-		t.list(j, true)
+		t.list(j, time.Now())
 	case j.relist:
 		// Put off, and since forgotten or replaced: nothing to do.
 	default:
-		t.list(j, false)
+		t.list(j, time.Time{})
 	}
 }
 
-// list builds what j's mappings need and lists its process in the Kernel,
-// again if relist. A process none of whose files has rows, the vDSO aside
-// (every process maps it), is left to the kernel's frame pointer walk.
-func (t *Tables) list(j job, relist bool) {
+// list lists j's process in the Kernel with the tables of its mappings
+// that are ready, and has the missing ones built: a mapping whose table
+// is being built gets no rows until it is, and the process waits for it.
+// relisted is when Learn last listed it again (zero if never). A process
+// none of whose files has rows, the vDSO aside (every process maps it), is
+// left to the kernel's frame pointer walk.
+func (t *Tables) list(j job, relisted time.Time) {
 	pid, generation := uint32(j.pid), j.generation
 	var ms []Mapping
-	var used []*table
+	var used, building []*table
 	for i := range j.mappings {
 		if len(ms) == t.opts.MaxMappings {
 			break // the rest: frame pointers
 		}
 		m := &j.mappings[i]
 		e := Mapping{Start: m.Start, End: m.End}
-		if b := t.tableOf(j.pid, m); b != nil && b.rows > 0 {
+		switch b := t.tableOf(j.pid, m); {
+		case b == nil:
+		case b.building:
+			building = append(building, b)
+		case b.rows > 0:
 			if bias, ok := b.layout.Bias(m); ok {
 				e.Base, e.First, e.Rows = bias+b.base, b.first, b.rows
-				// Pinned now: building the next mapping's table may
-				// evict unpinned ones.
+				// Pinned now: loading another table may evict
+				// unpinned ones.
 				t.mu.Lock()
 				b.refs++
 				t.mu.Unlock()
@@ -288,10 +426,15 @@ func (t *Tables) list(j job, relist bool) {
 		}
 		ms = append(ms, e)
 	}
+	if len(building) > 0 {
+		t.waiting[pid] = waiter{j, building} // replaces an older job's
+	} else {
+		delete(t.waiting, pid)
+	}
 	vdsoOnly := len(used) == 1 && used[0] == t.binaries[proc.FileKey{}]
 	if len(used) == 0 || vdsoOnly {
 		t.unpin(used)
-		t.forget(pid, 0)
+		t.unlist(pid)
 		return
 	}
 	if err := t.k.SetUnwind(pid, generation, ms, len(ms) < len(j.mappings)); err != nil {
@@ -302,10 +445,7 @@ func (t *Tables) list(j job, relist bool) {
 		return // the process keeps frame pointers
 	}
 	t.release(pid)
-	l := &listed{generation: generation, tables: used}
-	if relist {
-		l.relisted = time.Now()
-	}
+	l := &listed{generation: generation, tables: used, relisted: relisted}
 	t.mu.Lock()
 	t.procs[pid] = l
 	t.mu.Unlock()
@@ -322,10 +462,20 @@ func (t *Tables) unpin(tables []*table) {
 	}
 }
 
-// forget unlists pid if its listed image is generation (any, for 0).
+// forget unlists pid and stops waiting for its tables, if its image is
+// generation (any, for 0): a table built later does not list it again.
 func (t *Tables) forget(pid, generation uint32) {
-	l := t.procs[pid]
-	if l == nil || generation != 0 && l.generation != generation {
+	if w, ok := t.waiting[pid]; ok && (generation == 0 || w.generation == generation) {
+		delete(t.waiting, pid)
+	}
+	if l := t.procs[pid]; l != nil && (generation == 0 || l.generation == generation) {
+		t.unlist(pid)
+	}
+}
+
+// unlist removes pid from the Kernel, if listed.
+func (t *Tables) unlist(pid uint32) {
+	if t.procs[pid] == nil {
 		return
 	}
 	t.k.DeleteUnwind(pid)
@@ -344,8 +494,10 @@ func (t *Tables) release(pid uint32) {
 	t.mu.Unlock()
 }
 
-// tableOf returns the rows of the file behind m, building them the first
-// time; nil when the file cannot be opened (it may be tried again).
+// tableOf returns the table of the file behind m, asking the builder for
+// it the first time (and for an over-budget one once room may have
+// freed); nil when the file cannot be opened (it may be tried again). The
+// file is opened here, while the process that maps it lives.
 func (t *Tables) tableOf(pid int, m *proc.Mapping) *table {
 	vdso := m.Path == "[vdso]"
 	if m.Inode == 0 && !vdso {
@@ -355,56 +507,49 @@ func (t *Tables) tableOf(pid int, m *proc.Mapping) *table {
 	b := t.binaries[k]
 	if b != nil && (!b.overBudget || b.room == t.room) {
 		b.lastUse = time.Now()
-		return b // an over-budget one is tried again once room may have freed
+		return b
 	}
-	var r io.ReaderAt
+	var f File
 	if vdso {
 		image, err := symbol.VDSOImage()
 		if err != nil {
 			return nil
 		}
-		r = bytes.NewReader(image)
+		f = memFile{bytes.NewReader(image)}
 	} else {
-		f, err := t.opts.Open(pid, m)
-		if err != nil {
+		var err error
+		if f, err = t.opts.Open(pid, m); err != nil {
 			return nil
 		}
-		defer f.Close()
-		r = f
 	}
-	b = &table{lastUse: time.Now()}
-	rows, err := t.parse(r, b)
+	b = &table{lastUse: time.Now(), building: true}
+	t.pending = append(t.pending, build{table: b, file: f})
 	t.mu.Lock()
 	t.binaries[k] = b
-	switch {
-	case errors.Is(err, ErrNoCFI), err == nil && len(rows) == 0:
-		t.stats.NoCFI++
-	case errors.Is(err, ErrTooManyRows), err == nil && rows[len(rows)-1].PC-rows[0].PC > 1<<32-1:
-		t.stats.Unusable++
-	case err != nil:
-		t.stats.Malformed++
-	}
+	t.stats.Building++
 	t.mu.Unlock()
-	if err == nil && len(rows) > 0 {
-		t.load(b, rows)
-	}
 	return b
 }
 
-// parse reads the rows of the ELF file f, and its layout into b.
-func (t *Tables) parse(f io.ReaderAt, b *table) ([]Row, error) {
+// memFile is a File in memory.
+type memFile struct{ *bytes.Reader }
+
+func (memFile) Close() error { return nil }
+
+// parse reads the rows and the layout of the ELF file f.
+func (t *Tables) parse(f io.ReaderAt) ([]Row, symbol.Layout, error) {
 	start := time.Now()
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return nil, fmt.Errorf("read ELF: %w", err)
+		return nil, nil, fmt.Errorf("read ELF: %w", err)
 	}
-	b.layout = symbol.Segments(ef)
+	layout := symbol.Segments(ef)
 	// Go code keeps frame pointers, which the kernel walks for less, and
 	// a Go program's .debug_frame would take table memory for every Go
 	// function on the node. (C code linked in by cgo runs mostly in
 	// libraries, which get their tables.)
 	if symbol.IsGo(ef) {
-		return nil, fmt.Errorf("a Go program: %w", ErrNoCFI)
+		return nil, layout, fmt.Errorf("a Go program: %w", ErrNoCFI)
 	}
 	rows, st, err := Parse(ef)
 	t.mu.Lock()
@@ -413,7 +558,7 @@ func (t *Tables) parse(f io.ReaderAt, b *table) ([]Row, error) {
 	t.stats.UnsupportedRows += uint64(st.Unsupported)
 	t.stats.InvalidFDEs += uint64(st.Invalid)
 	t.mu.Unlock()
-	return rows, err
+	return rows, layout, err
 }
 
 // load places rows in the Kernel, evicting the least recently used tables

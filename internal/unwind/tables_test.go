@@ -5,8 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
@@ -18,6 +20,12 @@ type fakeKernel struct {
 	rows   map[uint32]Row
 	procs  map[uint32][]Mapping
 	gens   map[uint32]uint32
+	listed chan listing // when not nil, gets every listing
+}
+
+type listing struct {
+	pid uint32
+	ms  []Mapping
 }
 
 func newFakeKernel() *fakeKernel {
@@ -36,7 +44,27 @@ func (k *fakeKernel) WriteRows(first uint32, rows []Row) error {
 
 func (k *fakeKernel) SetUnwind(pid, generation uint32, ms []Mapping, partial bool) error {
 	k.procs[pid], k.gens[pid] = ms, generation
+	if k.listed != nil {
+		k.listed <- listing{pid, ms}
+	}
 	return nil
+}
+
+// next returns the mappings of pid's next listing, failing the test if
+// none comes in 10 s: a listing waiting for a build that does not end.
+func (k *fakeKernel) next(t *testing.T, pid uint32) []Mapping {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l := <-k.listed:
+			if l.pid == pid {
+				return l.ms
+			}
+		case <-timeout:
+			t.Fatalf("process %d not listed", pid)
+		}
+	}
 }
 
 func (k *fakeKernel) DeleteUnwind(pid uint32) error {
@@ -66,8 +94,69 @@ func newTables(k Kernel, rows int) *Tables {
 	return New(k, Options{
 		Rows:        rows,
 		MaxMappings: 128,
-		Open:        func(pid int, m *proc.Mapping) (*os.File, error) { return os.Open(m.Path) },
+		Open:        func(pid int, m *proc.Mapping) (File, error) { return os.Open(m.Path) },
 	})
+}
+
+// gated is a file whose reads wait until gate is closed: a build as long
+// as a test wants.
+type gated struct {
+	*os.File
+	gate <-chan struct{}
+}
+
+func (f gated) ReadAt(p []byte, off int64) (int, error) {
+	<-f.gate
+	return f.File.ReadAt(p, off)
+}
+
+// newGatedTables returns Tables listing into k, which sends its listings
+// on k.listed, and whose builds of path wait until open is called; libc's
+// table is loaded already (process 1 maps it).
+func newGatedTables(t *testing.T, k *fakeKernel, path string) (tb *Tables, open func()) {
+	k.listed = make(chan listing, 64)
+	gate := make(chan struct{})
+	open = sync.OnceFunc(func() { close(gate) })
+	tb = New(k, Options{
+		Rows:        1 << 22,
+		MaxMappings: 128,
+		Open: func(pid int, m *proc.Mapping) (File, error) {
+			f, err := os.Open(m.Path)
+			if err != nil || m.Path != path {
+				return f, err
+			}
+			return gated{f, gate}, nil
+		},
+	})
+	t.Cleanup(func() {
+		open()
+		tb.Close()
+	})
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Flush()
+	if ms := k.next(t, 1); ms[0].Rows == 0 {
+		t.Fatalf("process 1 listed %+v, want libc's rows", ms)
+	}
+	return tb, open
+}
+
+// checkRefs checks that each table is pinned once by each process listed
+// with it: no reference leaked, none dropped twice.
+func checkRefs(t *testing.T, tb *Tables) {
+	t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	refs := map[*table]int{}
+	for _, l := range tb.procs {
+		for _, b := range l.tables {
+			refs[b]++
+		}
+	}
+	for k, b := range tb.binaries {
+		if b.refs != refs[b] {
+			t.Errorf("table of %v: %d references, listed with %d processes", k, b.refs, refs[b])
+		}
+	}
 }
 
 // TestTablesShareFiles checks that processes mapping one file share its
@@ -79,6 +168,7 @@ func TestTablesShareFiles(t *testing.T) {
 	b := &proc.Process{PID: 11, Mappings: []proc.Mapping{mapping(t, libc, 0x7f2000000000)}}
 	tb.Learn(a, 1)
 	tb.Learn(b, 1)
+	tb.Flush()
 	tb.Close()
 	st := tb.Stats()
 	if st.Built != 1 || st.Binaries != 1 || st.Processes != 2 {
@@ -109,10 +199,12 @@ func TestTablesBudget(t *testing.T) {
 	k := newFakeKernel()
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	libmRows := tb.Stats().RowsUsed
 	tb = newTables(newFakeKernel(), 1<<22)
 	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	libcRows := tb.Stats().RowsUsed
 	if libmRows == 0 || libcRows == 0 {
@@ -123,10 +215,13 @@ func TestTablesBudget(t *testing.T) {
 	k = newFakeKernel()
 	tb = newTables(k, max(libmRows, libcRows))
 	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Flush() // PID 1 listed with libm's rows before libc's table is built
 	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Flush()
 	// PID 1 exits: its libm table may go for libc's.
 	tb.Forget(1, 1)
 	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x2000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	st := tb.Stats()
 	if st.OverBudget != 1 {
@@ -160,6 +255,7 @@ func TestTablesEmptyCFI(t *testing.T) {
 	k := newFakeKernel()
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 7, Mappings: []proc.Mapping{mapping(t, bin, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	if k.procs[7] != nil || tb.Stats().NoCFI != 1 {
 		t.Errorf("listed %+v, %d files without CFI; want nothing listed, 1", k.procs[7], tb.Stats().NoCFI)
@@ -195,6 +291,7 @@ func TestTablesGoProgram(t *testing.T) {
 	k := newFakeKernel()
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 8, Mappings: []proc.Mapping{mapping(t, bin, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	if k.procs[8] != nil || tb.Stats().NoCFI != 1 {
 		t.Errorf("listed %+v, %d files without CFI; want nothing listed, 1", k.procs[8], tb.Stats().NoCFI)
@@ -210,6 +307,7 @@ func TestTablesGenerations(t *testing.T) {
 	tb.Learn(&proc.Process{PID: 5, Mappings: []proc.Mapping{mapping(t, libc, 0x3000000)}}, 2)
 	tb.Forget(5, 1)
 	tb.Learn(&proc.Process{PID: 6, Mappings: []proc.Mapping{mapping(t, withoutCFI, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	if k.gens[5] != 2 || k.procs[5] == nil || k.procs[5][0].Start != 0x3000000 {
 		t.Errorf("PID 5: generation %d, %+v; want generation 2 at 0x3000000", k.gens[5], k.procs[5])
@@ -229,6 +327,7 @@ func TestTablesPinWhileListing(t *testing.T) {
 	k := newFakeKernel()
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	libcRows := tb.Stats().RowsUsed
 
@@ -239,6 +338,7 @@ func TestTablesPinWhileListing(t *testing.T) {
 	p := &proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000), mapping(t, libc, 0x3000000)}}
 	tb.Learn(p, 1)
 	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x3000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	st := tb.Stats()
 	ms := k.procs[2]
@@ -273,6 +373,7 @@ func TestTablesVDSOOnly(t *testing.T) {
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 9, Mappings: []proc.Mapping{*vdso, {Start: 0x1000, End: 0x2000}}}, 1)
 	tb.Learn(&proc.Process{PID: 10, Mappings: []proc.Mapping{*vdso, mapping(t, libm, 0x1000000)}}, 1)
+	tb.Flush()
 	tb.Close()
 	if k.procs[9] != nil {
 		t.Errorf("a process with rows for the vDSO only was listed: %+v", k.procs[9])
@@ -280,4 +381,77 @@ func TestTablesVDSOOnly(t *testing.T) {
 	if ms := k.procs[10]; len(ms) != 2 || ms[0].Rows == 0 && ms[1].Rows == 0 {
 		t.Errorf("process 10 listed %+v; want the vDSO's and libm's rows", ms)
 	}
+}
+
+// TestTablesListWhileBuilding checks that a process learned while a table
+// is being built is listed at once with the tables that are ready, and
+// again with the new table's rows once it is built.
+func TestTablesListWhileBuilding(t *testing.T) {
+	k := newFakeKernel()
+	tb, open := newGatedTables(t, k, libm)
+	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000), mapping(t, libm, 0x3000000)}}, 1)
+	if ms := k.next(t, 3); len(ms) != 2 || ms[0].Rows == 0 || ms[1].Rows != 0 {
+		t.Fatalf("process 3 listed %+v while libm's table is built; want libc's rows and none for libm", ms)
+	}
+	open()
+	tb.Flush()
+	if ms := k.procs[3]; len(ms) != 2 || ms[0].Rows == 0 || ms[1].Rows == 0 {
+		t.Errorf("process 3 listed %+v once libm's table is built; want libc's and libm's rows", ms)
+	}
+	if ms := k.procs[2]; len(ms) != 1 || ms[0].Rows == 0 {
+		t.Errorf("process 2 listed %+v; want libm's rows", ms)
+	}
+	checkRefs(t, tb)
+}
+
+// TestTablesForgetWhileBuilding checks that processes forgotten while a
+// table they map is being built, listed with their other tables or not
+// listed, are not listed once it is built.
+func TestTablesForgetWhileBuilding(t *testing.T) {
+	k := newFakeKernel()
+	tb, open := newGatedTables(t, k, libm)
+	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000), mapping(t, libm, 0x3000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libm, 0x3000000)}}, 1)
+	k.next(t, 2)
+	tb.Forget(2, 1)
+	tb.Forget(3, 1)
+	// Listed after the Forgets are done, libm's table still being built.
+	tb.Learn(&proc.Process{PID: 4, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	k.next(t, 4)
+	open()
+	tb.Flush()
+	if k.procs[2] != nil || k.procs[3] != nil {
+		t.Errorf("forgotten processes listed once libm's table is built: %+v, %+v", k.procs[2], k.procs[3])
+	}
+	if st := tb.Stats(); st.Binaries != 2 || st.Processes != 2 {
+		t.Errorf("%d tables loaded, %d processes listed; want libc's and libm's, processes 1 and 4", st.Binaries, st.Processes)
+	}
+	checkRefs(t, tb)
+}
+
+// TestTablesShareWhileBuilding checks that a file two processes map while
+// its table is being built is built once, and both are listed with its
+// rows.
+func TestTablesShareWhileBuilding(t *testing.T) {
+	k := newFakeKernel()
+	tb, open := newGatedTables(t, k, libm)
+	built := tb.Stats().Built
+	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libm, 0x3000000)}}, 1)
+	tb.Learn(&proc.Process{PID: 4, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	k.next(t, 4) // processes 2 and 3 learned
+	if st := tb.Stats(); st.Building != 1 || st.Processes != 2 {
+		t.Errorf("%d tables being built, %d processes listed; want libm's, processes 1 and 4", st.Building, st.Processes)
+	}
+	open()
+	tb.Flush()
+	if st := tb.Stats(); st.Built-built != 1 || st.Building != 0 {
+		t.Errorf("%d tables built for libm, %d being built; want 1, 0", st.Built-built, st.Building)
+	}
+	m2, m3 := k.procs[2], k.procs[3]
+	if len(m2) != 1 || len(m3) != 1 || m2[0].Rows == 0 || m2[0].First != m3[0].First || m2[0].Rows != m3[0].Rows {
+		t.Errorf("processes 2 and 3 listed %+v and %+v; want libm's rows, the same", m2, m3)
+	}
+	checkRefs(t, tb)
 }
