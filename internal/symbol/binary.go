@@ -19,6 +19,7 @@ type Binary struct {
 	// is read on the first address the Go table misses: the symbol table
 	// of a large Go binary costs megabytes and mostly repeats the pclntab.
 	elf     *ELFTable
+	starts  funcStarts // read with elf
 	elfFile *elf.File
 	elfDone bool
 }
@@ -125,6 +126,14 @@ func (b *Binary) Lookup(addr uint64) []Frame {
 	return nil
 }
 
+// FuncStart returns the start of the function containing the virtual
+// address addr by the binary's unwind information (funcStarts), for code
+// that Lookup cannot name.
+func (b *Binary) FuncStart(addr uint64) (uint64, bool) {
+	b.loadELF()
+	return b.starts.find(addr)
+}
+
 // Symbol returns the link-time address of the ELF symbol called name, as
 // ELFTable.Symbol finds it.
 func (b *Binary) Symbol(name string) (uint64, bool) {
@@ -141,5 +150,6 @@ func (b *Binary) loadELF() {
 	}
 	b.elfDone = true
 	b.elf, _ = NewELFTable(b.elfFile)
+	b.starts = readFuncStarts(b.elfFile)
 	b.elfFile = nil
 }

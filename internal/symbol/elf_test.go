@@ -393,10 +393,11 @@ func TestDemangleName(t *testing.T) {
 }
 
 // fuzzELFSeeds adds the committed tiny files: an executable, a shared
-// library (with .dynsym), a 32-bit executable and a Go build ID note. They
-// are a few KB each, so mutations land in headers and tables often.
+// library (with .dynsym), one with unwind tables, a 32-bit executable and
+// a Go build ID note. They are a few KB each, so mutations land in headers
+// and tables often.
 func fuzzELFSeeds(f *testing.F) {
-	for _, name := range []string{"tiny-amd64.elf", "tiny-amd64.so", "tiny-386.elf", "tiny-gonote-amd64.elf"} {
+	for _, name := range []string{"tiny-amd64.elf", "tiny-amd64.so", "tiny-unwind-amd64.so", "tiny-386.elf", "tiny-gonote-amd64.elf"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -413,6 +414,15 @@ func FuzzELFTable(f *testing.F) {
 			return
 		}
 		BuildID(ef)
+		starts := readFuncStarts(ef)
+		for i, start := range starts {
+			if i > 0 && starts[i-1] >= start {
+				t.Fatalf("function starts not sorted: %#x before %#x", starts[i-1], start)
+			}
+			if got, ok := starts.find(start + 1); !ok || got != start && got != start+1 {
+				t.Fatalf("find(%#x) = %#x, %v: not the start before it", start+1, got, ok)
+			}
+		}
 		tab, err := NewELFTable(ef)
 		if err != nil {
 			return

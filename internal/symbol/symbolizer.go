@@ -226,6 +226,10 @@ func (s *Symbolizer) lookupFile(p *proc.Process, m *proc.Mapping, fileOffset uin
 			if frames := bin.Lookup(a); frames != nil {
 				return frames, cache
 			}
+			// Unnamed code is named by its function's start.
+			if start, ok := bin.FuncStart(a); ok {
+				addr = start
+			}
 		}
 	}
 	return []Frame{{Function: fmt.Sprintf("%s+0x%x", moduleName(m), addr)}}, cache

@@ -8,6 +8,11 @@
 //	gcc -Os -nostdlib -shared -fPIC -fno-asynchronous-unwind-tables \
 //	    -Wl,--build-id=0x0123456789abcdef -Wl,-z,noseparate-code \
 //	    -Wl,-z,max-page-size=16 -o tiny-amd64.so tiny.c
+//	gcc -Os -nostdlib -shared -fPIC \
+//	    -Wl,--build-id=0x0123456789abcdef -Wl,-z,noseparate-code \
+//	    -Wl,-z,max-page-size=16 -Wl,--eh-frame-hdr -o tiny-unwind-amd64.so tiny.c
+//
+// (the last with unwind tables, .eh_frame and its .eh_frame_hdr index)
 //
 // tiny-gonote-amd64.elf swaps the GNU build ID for a Go one, the note
 // "Go\0\0" type 4 "flint-go-build-id/fixture" written to gonote.bin:
