@@ -592,8 +592,7 @@ func (w *writer) addLocations(ctx context.Context) error {
 			return err
 		}
 		for _, i := range w.found[h] {
-			// The first row stored wins over duplicates an older flint
-			// stored (it told addresses apart).
+			// Rows come oldest first: should two be alike, the oldest.
 			if nl := &w.newLocs[i]; nl.id == 0 && nl.fk == (framesKey{mapping, string(frames)}) {
 				nl.id = id
 			}
