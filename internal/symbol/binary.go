@@ -19,9 +19,13 @@ type Binary struct {
 	// is read on the first address the Go table misses: the symbol table
 	// of a large Go binary costs megabytes and mostly repeats the pclntab.
 	elf     *ELFTable
-	starts  funcStarts // read with elf
 	elfFile *elf.File
 	elfDone bool
+	// starts name what elf does not; read on the first such address
+	// (most binaries' symbols cover all their sampled code).
+	starts     funcStarts
+	startsFrom *elf.Section // .eh_frame_hdr until starts are read
+	startsDone bool
 }
 
 // segment is a PT_LOAD program header: file bytes [off, off+size) are
@@ -130,7 +134,11 @@ func (b *Binary) Lookup(addr uint64) []Frame {
 // address addr by the binary's unwind information (funcStarts), for code
 // that Lookup cannot name.
 func (b *Binary) FuncStart(addr uint64) (uint64, bool) {
-	b.loadELF()
+	if b.loadELF(); !b.startsDone {
+		b.startsDone = true
+		b.starts = readFuncStarts(b.startsFrom)
+		b.startsFrom = nil
+	}
 	return b.starts.find(addr)
 }
 
@@ -150,6 +158,6 @@ func (b *Binary) loadELF() {
 	}
 	b.elfDone = true
 	b.elf, _ = NewELFTable(b.elfFile)
-	b.starts = readFuncStarts(b.elfFile)
+	b.startsFrom = b.elfFile.Section(".eh_frame_hdr")
 	b.elfFile = nil
 }

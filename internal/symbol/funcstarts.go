@@ -17,11 +17,10 @@ import (
 // store alike.
 type funcStarts []uint64 // sorted, link-time addresses
 
-// readFuncStarts reads f's .eh_frame_hdr search table; nil when f has none
-// or it is not in the one encoding linkers write (32-bit offsets from the
-// section's start).
-func readFuncStarts(f *elf.File) funcStarts {
-	s := f.Section(".eh_frame_hdr")
+// readFuncStarts reads the search table of s, a file's .eh_frame_hdr; nil
+// when s is nil or not in the one encoding linkers write (32-bit offsets
+// from the section's start).
+func readFuncStarts(s *elf.Section) funcStarts {
 	if s == nil || s.Addr == 0 {
 		return nil
 	}
