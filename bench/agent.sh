@@ -35,6 +35,7 @@ for tool in bpftool jq; do command -v $tool >/dev/null || die "needs $tool (apt-
 
 cd "$(dirname "$0")/.."
 source bench/churn.sh
+source bench/bpfprogs.sh
 out=bench/results/agent-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 go build -o "$out/flint" ./cmd/flint
@@ -72,13 +73,6 @@ done
 # A thread that exits between the glob and the read is not an error.
 cpu_s() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 metric() { curl -s "http://$addr/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-# Each BPF program the agent holds open: ID, name, run time (ns) and runs, from
-# the kernel's BPF statistics (which the agent enables).
-progs() {
-	local ids; ids=$({ grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null || true; } | awk '{ print $2 }' | sort -u | paste -sd, -)
-	bpftool prog show --json | jq -r --argjson ids "[$ids]" \
-		'.[] | select(.id as $i | $ids | index($i)) | [.id, .name, (.run_time_ns // 0), (.run_cnt // 0)] | @tsv' | sort
-}
 
 addr=127.0.0.1:7079
 data=$(mktemp -d)

@@ -12,6 +12,7 @@
 # and FREQ (default 999 Hz) are environment variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bpfprogs.sh
 [[ $# -gt 0 ]] || set -- bin/flint
 rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-5}
 [[ $(id -u) -eq 0 ]] || { echo "bpfcost: needs root" >&2; exit 1; }
@@ -27,11 +28,10 @@ go build -o "$tmp/spin-go" ./testdata/fixtures/spin-go
 "$tmp/spin-go" >/dev/null & pids+=($!)
 sleep 1
 sysctl -qw kernel.bpf_stats_enabled=1
-stats() { bpftool prog show name sample --json | jq -r '[.run_time_ns, .run_cnt] | @tsv'; }
 for _ in $(seq "$rounds"); do
 	for flint in "$@"; do
 		"$flint" record -a -F "$freq" -d "$((secs + 4))s" -o "$tmp/out.folded" 2>/dev/null & f=$!
-		sleep 2; a=$(stats); sleep "$secs"; b=$(stats)
+		sleep 2; a=$(sample_stats $f); sleep "$secs"; b=$(sample_stats $f)
 		wait $f
 		echo "$a $b" | awk -v f="$flint" -v hz="$freq" \
 			'{ printf "%s, %d Hz: %.0f ns/run over %d runs\n", f, hz, ($3 - $1) / ($4 - $2), $4 - $2 }'

@@ -18,6 +18,7 @@
 # process's memory from user space: its CPU time per sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bpfprogs.sh
 rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-10}
 pyenv=${PYENV_ROOT:-/root/.pyenv}/versions
 [[ $(id -u) -eq 0 ]] || { echo "python: needs root" >&2; exit 1; }
@@ -31,7 +32,6 @@ go build -o "$tmp/flint" ./cmd/flint
 fixture=testdata/fixtures/python/busy.py
 sysctl -qw kernel.bpf_stats_enabled=1
 
-stats() { bpftool prog show name sample --json | jq -r '[.run_time_ns, .run_cnt] | @tsv'; }
 # pyframes FOLDED: mean Python frames (module.function of a .py) per sample.
 pyframes() { awk '{ n = $NF; d += gsub(/;(busy|threading|json\.[a-z]+)\./, "&") * n; s += n } END { printf "%.1f", s ? d / s : 0 }' "$1"; }
 
@@ -51,7 +51,7 @@ flint_case() {
 	start "$python"
 	# shellcheck disable=SC2086
 	"$tmp/flint" record -a -F "$freq" -d "$((secs + 3))s" --no-kernel $flags -o "$tmp/out.folded" 2>/dev/null & local f=$!
-	sleep 2; local a; a=$(stats); sleep "$secs"; local b; b=$(stats)
+	sleep 2; local a; a=$(sample_stats $f); sleep "$secs"; local b; b=$(sample_stats $f)
 	wait $f; kill "${fx[@]}"; wait "${fx[@]}" 2>/dev/null || true
 	grep "^python3[.0-9]*;" "$tmp/out.folded" >"$tmp/fixture.folded" || true
 	echo "$a $b" | awk -v n="$name" -v hz="$freq" -v d="$(pyframes "$tmp/fixture.folded")" \

@@ -21,6 +21,7 @@
 # and of perf report, which unwinds them, per sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bpfprogs.sh
 rounds=${ROUNDS:-3}; freq=${FREQ:-999}; secs=${SECS:-10}
 [[ $(id -u) -eq 0 ]] || { echo "unwind: needs root" >&2; exit 1; }
 for tool in bpftool jq gcc g++ perf; do
@@ -37,7 +38,6 @@ gcc -O2 -fomit-frame-pointer -shared -fPIC -o "$tmp/plugin.so" testdata/fixtures
 g++ -O2 -fomit-frame-pointer -o "$tmp/nofp-cc" testdata/fixtures/nofp/nofp.cc
 sysctl -qw kernel.bpf_stats_enabled=1
 
-stats() { bpftool prog show name sample --json | jq -r '[.run_time_ns, .run_cnt] | @tsv'; }
 # depth FOLDED: mean frames per sample.
 depth() { awk '{ n = $NF; f = split($0, a, ";"); d += (f - 1) * n; s += n } END { printf "%.1f", d / s }' "$1"; }
 
@@ -52,7 +52,7 @@ flint_case() {
 	sleep 0.5
 	# shellcheck disable=SC2086
 	"$tmp/flint" record -a -F "$freq" -d "$((secs + 3))s" $flags --no-kernel -o "$tmp/out.folded" 2>/dev/null & local f=$!
-	sleep 2; local a; a=$(stats); sleep "$secs"; local b; b=$(stats)
+	sleep 2; local a; a=$(sample_stats $f); sleep "$secs"; local b; b=$(sample_stats $f)
 	wait $f; kill "${fx[@]}"; wait "${fx[@]}" 2>/dev/null || true
 	grep "^$(basename "$1");" "$tmp/out.folded" >"$tmp/fixture.folded" || true
 	echo "$a $b" | awk -v n="$name" -v hz="$freq" -v d="$(depth "$tmp/fixture.folded")" \
