@@ -210,7 +210,10 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	from := time.Now()
 	// Started once the agent samples, the fixture has all its life sampled.
 	pid := startSpin(t, spin)
-	short := filepath.Join(t.TempDir(), "spinshort")
+	// A name no other process has, not even this test's in another run
+	// of the suite at the same time: the agent samples the whole machine.
+	name := fmt.Sprintf("ashort%d", os.Getpid())
+	short := filepath.Join(t.TempDir(), name)
 	copyFile(t, spin, short)
 	var shortCPU time.Duration
 	for range 5 {
@@ -239,7 +242,7 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	}
 	fixture.CheckSamples(t, "the fixture", totalSamples(p), 499, cpu)
 
-	q.Set("selector", `{comm="spinshort"}`)
+	q.Set("selector", fmt.Sprintf(`{comm=%q}`, name))
 	p, err = pprofile.ParseData(a.get(t, "/api/v1/profile", q))
 	if err != nil {
 		t.Fatal(err)

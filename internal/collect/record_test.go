@@ -434,7 +434,10 @@ func TestRecordDeletedBinary(t *testing.T) {
 func TestRecordShortLivedProcesses(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
-	bin := filepath.Join(t.TempDir(), "spinshort")
+	// A name no other process has, not even this test's in another run
+	// of the suite at the same time: the whole machine is recorded.
+	name := fmt.Sprintf("rshort%d", os.Getpid())
+	bin := filepath.Join(t.TempDir(), name)
 	copyFile(t, fx["c-pie"], bin)
 	const runs = 5 // of 0.4 s of CPU: testCPU in all
 	ctx, cancel := context.WithCancel(context.Background())
@@ -485,7 +488,7 @@ func TestRecordShortLivedProcesses(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("short-lived process: %v", runErr)
 	}
-	isShort := func(s *profile.Sample) bool { return s.Labels[profile.LabelComm] == "spinshort" }
+	isShort := func(s *profile.Sample) bool { return s.Labels[profile.LabelComm] == name }
 	var total int64
 	for _, s := range res.Profile.Samples {
 		if isShort(s) {
