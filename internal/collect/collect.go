@@ -549,13 +549,14 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if p == nil {
 		return &profile.Location{Address: addr, Frames: []symbol.Frame{{Function: "[unknown]"}}}
 	}
+	// A location in a binary read at link time is keyed by that address
+	// alone, not also by process: a short-lived process of a known binary
+	// then adds no entries here.
 	lk := locKey{proc: p, addr: addr, isReturn: isReturn}
-	if l := b.locs[lk]; l != nil {
-		return l
+	if pm := b.linkedOf(p, addr, isReturn); pm != nil {
+		lk = locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}
 	}
-	if l := b.sharedUser(p, addr, isReturn); l != nil {
-		// Named for another process of the binary already.
-		b.locs[lk] = l
+	if l := b.locs[lk]; l != nil {
 		return l
 	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
@@ -593,11 +594,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	return l
 }
 
-// sharedUser returns the location this Profile made of the same
-// link-time address of the same binary in another process, if any: most of
-// a short-lived process's frames are in binaries other processes ran, and
-// finding them so spares naming them again.
-func (b *builder) sharedUser(p *proc.Process, addr uint64, isReturn bool) *profile.Location {
+// linkedOf returns the profile mapping of the mapping of p that holds
+// addr when its binary can be read at link-time addresses; nil otherwise.
+func (b *builder) linkedOf(p *proc.Process, addr uint64, isReturn bool) *mappingBias {
 	lookup := addr
 	if isReturn && lookup > 0 {
 		lookup--
@@ -606,11 +605,10 @@ func (b *builder) sharedUser(p *proc.Process, addr uint64, isReturn bool) *profi
 	if m == nil || m.Inode == 0 && m.Path != "[vdso]" {
 		return nil
 	}
-	pm := b.mappingOf(m)
-	if !pm.linked {
-		return nil
+	if pm := b.mappingOf(m); pm.linked {
+		return pm
 	}
-	return b.locs[locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}]
+	return nil
 }
 
 // mappingOf returns the profile mapping of m, made once per Profile.
