@@ -323,6 +323,7 @@ type Options struct {
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
 	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
 		locs:      map[locKey]*profile.Location{},
+		pyLocs:    map[symbol.Frame]*profile.Location{},
 		mappings:  map[*proc.Mapping]*mappingBias{},
 		linked:    map[linkedKey]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
@@ -358,6 +359,7 @@ type builder struct {
 	round     uint64
 	threadIDs bool
 	locs      map[locKey]*profile.Location
+	pyLocs    map[symbol.Frame]*profile.Location // Python frames by what names them
 	mappings  map[*proc.Mapping]*mappingBias
 	linked    map[linkedKey]*profile.Mapping // shared by the processes of a binary
 	kernMaps  map[string]*profile.Mapping
