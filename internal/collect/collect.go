@@ -420,11 +420,12 @@ func (b *builder) labelsOf(s *sampler.Sample) map[string]string {
 // labels describes who ran: the sample's own IDs and names, and what the
 // process snapshot adds (empty labels are left out).
 func (b *builder) labels(s *sampler.Sample) map[string]string {
-	l := map[string]string{
-		profile.LabelComm:   s.Comm,
-		profile.LabelThread: s.Thread,
-		profile.LabelPID:    strconv.Itoa(int(s.PID)),
-	}
+	// Sized for a process's labels, which most sets have: growing the map
+	// to them cost as much again.
+	l := make(map[string]string, 12)
+	l[profile.LabelComm] = s.Comm
+	l[profile.LabelThread] = s.Thread
+	l[profile.LabelPID] = strconv.Itoa(int(s.PID))
 	if b.threadIDs {
 		l[profile.LabelTID] = strconv.Itoa(int(s.TID))
 	}
@@ -436,16 +437,16 @@ func (b *builder) labels(s *sampler.Sample) map[string]string {
 		return l
 	}
 	l[profile.LabelStartTime] = strconv.FormatUint(p.StartTime, 10)
-	for name, v := range map[string]string{
-		profile.LabelExe:         p.Exe,
-		profile.LabelBuildID:     b.exeBuildID(p),
-		profile.LabelCgroup:      p.Cgroup,
-		profile.LabelContainerID: p.Container,
-		profile.LabelPodUID:      p.Pod,
-		profile.LabelRuntime:     b.c.runtimeOf(p),
+	for _, kv := range [...]struct{ name, v string }{
+		{profile.LabelExe, p.Exe},
+		{profile.LabelBuildID, b.exeBuildID(p)},
+		{profile.LabelCgroup, p.Cgroup},
+		{profile.LabelContainerID, p.Container},
+		{profile.LabelPodUID, p.Pod},
+		{profile.LabelRuntime, b.c.runtimeOf(p)},
 	} {
-		if v != "" {
-			l[name] = v
+		if kv.v != "" {
+			l[kv.name] = kv.v
 		}
 	}
 	if b.c.namer != nil {
