@@ -243,3 +243,29 @@ func imageOf(t *testing.T, pid int, in *Interpreter) func(addr uint64) bool {
 		return false
 	}
 }
+
+// TestCodeAllocs bounds what reading a code object allocates: its names,
+// line table and record; and a read that fails nothing, as most do of a
+// short-lived process, whose samples are drained after it exits.
+func TestCodeAllocs(t *testing.T) {
+	table := []byte{0x80 | locOneLine1<<3, 0, 0}
+	p := fakeProcess(t, codeImage("Server.handle", "/srv/app/server.py", table))
+	for _, tc := range []struct {
+		name string
+		addr uint64
+		max  float64
+	}{
+		{"readable", 0x100, 5},
+		{"unreadable", 0x2000, 0}, // past the process's memory
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			allocs := testing.AllocsPerRun(100, func() {
+				delete(p.codes, tc.addr)
+				p.Remember(word(tc.addr, 0))
+			})
+			if allocs > tc.max {
+				t.Errorf("%v allocations a code object, want at most %v", allocs, tc.max)
+			}
+		})
+	}
+}
