@@ -36,6 +36,8 @@ type Collector struct {
 	pythons       map[procKey]*python.Process
 	pyUnsupported uint64 // CPython processes of versions flint cannot read
 	pyNote        string // why, for the first of them
+
+	spare *builder // the last Profile's, cleared; nil while in use
 }
 
 // fileUse counts the mappings of a file by known processes, and keeps one
@@ -321,20 +323,9 @@ type Options struct {
 
 // Profile names samples and returns them as a profile.
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
-	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
-		locs:      map[locKey]*profile.Location{},
-		pyLocs:    map[symbol.Frame]*profile.Location{},
-		mappings:  map[*proc.Mapping]*mappingBias{},
-		linked:    map[linkedKey]*profile.Mapping{},
-		kernMaps:  map[string]*profile.Mapping{},
-		stacks:    map[stackKey]namedStack{},
-		stackIDs:  map[string]int{},
-		merged:    map[mergeKey]*profile.Sample{},
-		refreshed: map[procKey]bool{},
-		jitAsked:  map[procKey]bool{},
-		ids:       map[*profile.Location]int{},
-		labelSets: map[labelSetKey]map[string]string{},
-	}
+	b := c.builder()
+	defer c.keepBuilder(b)
+	b.round, b.threadIDs = o.Round, o.ThreadIDs
 	p := &profile.Profile{Start: o.Start, Duration: o.Duration, Period: o.Period}
 	for i := range samples {
 		labels := b.labelsOf(&samples[i])
@@ -352,6 +343,60 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 		p.Samples = append(p.Samples, s)
 	}
 	return p
+}
+
+// builder returns the builder the last Profile kept, or a new one when
+// none is spare (Profiles run at once).
+func (c *Collector) builder() *builder {
+	c.mu.Lock()
+	b := c.spare
+	c.spare = nil
+	c.mu.Unlock()
+	if b != nil {
+		return b
+	}
+	return &builder{c: c,
+		locs:      map[locKey]*profile.Location{},
+		pyLocs:    map[symbol.Frame]*profile.Location{},
+		mappings:  map[*proc.Mapping]*mappingBias{},
+		linked:    map[linkedKey]*profile.Mapping{},
+		kernMaps:  map[string]*profile.Mapping{},
+		stacks:    map[stackKey]namedStack{},
+		stackIDs:  map[string]int{},
+		merged:    map[mergeKey]*profile.Sample{},
+		refreshed: map[procKey]bool{},
+		jitAsked:  map[procKey]bool{},
+		ids:       map[*profile.Location]int{},
+		labelSets: map[labelSetKey]map[string]string{},
+	}
+}
+
+// maxSpareLocations bounds the locations of a builder kept for the next
+// Profile: a burst's window should not hold its maps' room for good.
+const maxSpareLocations = 1 << 16
+
+// keepBuilder clears b and keeps it for the next Profile: cleared maps
+// keep their room, so windows alike in size name their samples without
+// growing maps anew, most of what naming a window allocated.
+func (c *Collector) keepBuilder(b *builder) {
+	if len(b.locs) > maxSpareLocations {
+		return
+	}
+	clear(b.locs)
+	clear(b.pyLocs)
+	clear(b.mappings)
+	clear(b.linked)
+	clear(b.kernMaps)
+	clear(b.stacks)
+	clear(b.stackIDs)
+	clear(b.merged)
+	clear(b.refreshed)
+	clear(b.jitAsked)
+	clear(b.ids)
+	clear(b.labelSets)
+	c.mu.Lock()
+	c.spare = b
+	c.mu.Unlock()
 }
 
 type builder struct {
