@@ -136,24 +136,25 @@ func (p *Process) Remember(word uint64) {
 func (p *Process) code(addr uint64) *code {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// A code object in the interpreter's image is read once for all the
+	// processes of the interpreter, and kept there only: most of a short
+	// run's are (imports), and each process's map grew with them.
+	link, static := p.interp.image(addr)
+	if static {
+		if c := p.interp.file.code(link); c != nil {
+			return c
+		}
+	}
 	if c := p.codes[addr]; c != nil {
 		return c
 	}
-	// A code object in the interpreter's image is read once for all the
-	// processes of the interpreter.
-	link, static := p.interp.image(addr)
-	var c *code
-	if static {
-		c = p.interp.file.code(link)
-	}
-	if c == nil {
-		var err error
-		switch c, err = p.readCode(addr); {
-		case err != nil:
-			c = unreadable
-		case static:
-			p.interp.file.keep(link, c)
-		}
+	c, err := p.readCode(addr)
+	switch {
+	case err != nil:
+		c = unreadable
+	case static:
+		p.interp.file.keep(link, c)
+		return c
 	}
 	if len(p.codes) >= maxCodes {
 		clear(p.codes)

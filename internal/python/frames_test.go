@@ -112,9 +112,9 @@ func (m *countedMemory) ReadAt(b []byte, off int64) (int, error) {
 
 // TestStaticCodeShared names the code objects of a short run's imports
 // in two processes of each interpreter: those in the interpreter's image
-// (3.11's and 3.12's frozen modules) are read once for both, the others
-// in each; every name is what CPython says and what a read of the process
-// alone gives.
+// (3.11's and 3.12's frozen modules) are read and kept once for both,
+// the others in each; every name is what CPython says and what a read of
+// the process alone gives.
 func TestStaticCodeShared(t *testing.T) {
 	for _, py := range interpreters {
 		if py.err != nil {
@@ -143,9 +143,12 @@ func TestStaticCodeShared(t *testing.T) {
 				}
 				defer alone.Close()
 				image := imageOf(t, p.PID, in)
-				var static, frozen int
+				var static, frozen, own int
 				for _, c := range codes {
 					inImage := image(c.Addr)
+					if !inImage {
+						own++
+					}
 					if strings.HasPrefix(c.File, "<frozen ") {
 						frozen++
 						if inImage {
@@ -170,6 +173,9 @@ func TestStaticCodeShared(t *testing.T) {
 					if n := mem.reads - reads; (i == 1 && inImage) != (n == 0) {
 						t.Errorf("process %d: %s (in the image: %v) took %d reads", i, want, inImage, n)
 					}
+				}
+				if len(pp.codes) != own {
+					t.Errorf("process %d keeps %d code objects, want the %d not in the image", i, len(pp.codes), own)
 				}
 				if want := map[bool]int{true: frozen}[in.Minor == 11 || in.Minor == 12]; static != want {
 					t.Errorf("process %d: %d of %d frozen code objects in the interpreter's image, want %d", i, static, frozen, want)
