@@ -445,7 +445,7 @@ func (a *Agent) flush(now time.Time) {
 		off = a.coll.Profile(a.offWindow, o)
 		collect.TimeProfile(off, profile.OffCPU)
 	}
-	a.window, a.offWindow = nil, nil
+	a.window, a.offWindow = emptied(a.window), emptied(a.offWindow)
 	a.windowStart = now
 
 	a.writeWindow(p, findings)
@@ -461,6 +461,21 @@ func (a *Agent) flush(now time.Time) {
 		a.o.Logf("%v", err)
 	}
 	a.beginExamination(p, time.Now())
+}
+
+// maxKeptSamples bounds the room of a window's samples kept for the next
+// window (16384 samples, under 2 MB).
+const maxKeptSamples = 1 << 14
+
+// emptied returns samples emptied for the next window, keeping their room
+// unless a burst made it large: growing it anew each window was a third of
+// what draining samples allocated.
+func emptied(samples []sampler.Sample) []sampler.Sample {
+	if cap(samples) > maxKeptSamples {
+		return nil
+	}
+	clear(samples) // their stacks and names
+	return samples[:0]
 }
 
 // writeWindow writes p and its findings, counts it, and logs the first of

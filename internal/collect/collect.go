@@ -36,6 +36,8 @@ type Collector struct {
 	pythons       map[procKey]*python.Process
 	pyUnsupported uint64 // CPython processes of versions flint cannot read
 	pyNote        string // why, for the first of them
+
+	spare *builder // the last Profile's, cleared; nil while in use
 }
 
 // fileUse counts the mappings of a file by known processes, and keeps one
@@ -321,19 +323,9 @@ type Options struct {
 
 // Profile names samples and returns them as a profile.
 func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profile {
-	b := builder{c: c, round: o.Round, threadIDs: o.ThreadIDs,
-		locs:      map[locKey]*profile.Location{},
-		mappings:  map[*proc.Mapping]*mappingBias{},
-		linked:    map[linkedKey]*profile.Mapping{},
-		kernMaps:  map[string]*profile.Mapping{},
-		stacks:    map[stackKey]namedStack{},
-		stackIDs:  map[string]int{},
-		merged:    map[mergeKey]*profile.Sample{},
-		refreshed: map[procKey]bool{},
-		jitAsked:  map[procKey]bool{},
-		ids:       map[*profile.Location]int{},
-		labelSets: map[labelSetKey]map[string]string{},
-	}
+	b := c.builder()
+	defer c.keepBuilder(b)
+	b.round, b.threadIDs = o.Round, o.ThreadIDs
 	p := &profile.Profile{Start: o.Start, Duration: o.Duration, Period: o.Period}
 	for i := range samples {
 		labels := b.labelsOf(&samples[i])
@@ -353,11 +345,66 @@ func (c *Collector) Profile(samples []sampler.Sample, o Options) *profile.Profil
 	return p
 }
 
+// builder returns the builder the last Profile kept, or a new one when
+// none is spare (Profiles run at once).
+func (c *Collector) builder() *builder {
+	c.mu.Lock()
+	b := c.spare
+	c.spare = nil
+	c.mu.Unlock()
+	if b != nil {
+		return b
+	}
+	return &builder{c: c,
+		locs:      map[locKey]*profile.Location{},
+		pyLocs:    map[symbol.Frame]*profile.Location{},
+		mappings:  map[*proc.Mapping]*mappingBias{},
+		linked:    map[linkedKey]*profile.Mapping{},
+		kernMaps:  map[string]*profile.Mapping{},
+		stacks:    map[stackKey]namedStack{},
+		stackIDs:  map[string]int{},
+		merged:    map[mergeKey]*profile.Sample{},
+		refreshed: map[procKey]bool{},
+		jitAsked:  map[procKey]bool{},
+		ids:       map[*profile.Location]int{},
+		labelSets: map[labelSetKey]map[string]string{},
+	}
+}
+
+// maxSpareLocations bounds the locations of a builder kept for the next
+// Profile: a burst's window should not hold its maps' room for good.
+const maxSpareLocations = 1 << 16
+
+// keepBuilder clears b and keeps it for the next Profile: cleared maps
+// keep their room, so windows alike in size name their samples without
+// growing maps anew, most of what naming a window allocated.
+func (c *Collector) keepBuilder(b *builder) {
+	if len(b.locs) > maxSpareLocations {
+		return
+	}
+	clear(b.locs)
+	clear(b.pyLocs)
+	clear(b.mappings)
+	clear(b.linked)
+	clear(b.kernMaps)
+	clear(b.stacks)
+	clear(b.stackIDs)
+	clear(b.merged)
+	clear(b.refreshed)
+	clear(b.jitAsked)
+	clear(b.ids)
+	clear(b.labelSets)
+	c.mu.Lock()
+	c.spare = b
+	c.mu.Unlock()
+}
+
 type builder struct {
 	c         *Collector
 	round     uint64
 	threadIDs bool
 	locs      map[locKey]*profile.Location
+	pyLocs    map[symbol.Frame]*profile.Location // Python frames by what names them
 	mappings  map[*proc.Mapping]*mappingBias
 	linked    map[linkedKey]*profile.Mapping // shared by the processes of a binary
 	kernMaps  map[string]*profile.Mapping
@@ -418,11 +465,12 @@ func (b *builder) labelsOf(s *sampler.Sample) map[string]string {
 // labels describes who ran: the sample's own IDs and names, and what the
 // process snapshot adds (empty labels are left out).
 func (b *builder) labels(s *sampler.Sample) map[string]string {
-	l := map[string]string{
-		profile.LabelComm:   s.Comm,
-		profile.LabelThread: s.Thread,
-		profile.LabelPID:    strconv.Itoa(int(s.PID)),
-	}
+	// Sized for a process's labels, which most sets have: growing the map
+	// to them cost as much again.
+	l := make(map[string]string, 12)
+	l[profile.LabelComm] = s.Comm
+	l[profile.LabelThread] = s.Thread
+	l[profile.LabelPID] = strconv.Itoa(int(s.PID))
 	if b.threadIDs {
 		l[profile.LabelTID] = strconv.Itoa(int(s.TID))
 	}
@@ -434,16 +482,16 @@ func (b *builder) labels(s *sampler.Sample) map[string]string {
 		return l
 	}
 	l[profile.LabelStartTime] = strconv.FormatUint(p.StartTime, 10)
-	for name, v := range map[string]string{
-		profile.LabelExe:         p.Exe,
-		profile.LabelBuildID:     b.exeBuildID(p),
-		profile.LabelCgroup:      p.Cgroup,
-		profile.LabelContainerID: p.Container,
-		profile.LabelPodUID:      p.Pod,
-		profile.LabelRuntime:     b.c.runtimeOf(p),
+	for _, kv := range [...]struct{ name, v string }{
+		{profile.LabelExe, p.Exe},
+		{profile.LabelBuildID, b.exeBuildID(p)},
+		{profile.LabelCgroup, p.Cgroup},
+		{profile.LabelContainerID, p.Container},
+		{profile.LabelPodUID, p.Pod},
+		{profile.LabelRuntime, b.c.runtimeOf(p)},
 	} {
-		if v != "" {
-			l[name] = v
+		if kv.v != "" {
+			l[kv.name] = kv.v
 		}
 	}
 	if b.c.namer != nil {
@@ -549,13 +597,14 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if p == nil {
 		return &profile.Location{Address: addr, Frames: []symbol.Frame{{Function: "[unknown]"}}}
 	}
+	// A location in a binary read at link time is keyed by that address
+	// alone, not also by process: a short-lived process of a known binary
+	// then adds no entries here.
 	lk := locKey{proc: p, addr: addr, isReturn: isReturn}
-	if l := b.locs[lk]; l != nil {
-		return l
+	if pm := b.linkedOf(p, addr, isReturn); pm != nil {
+		lk = locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}
 	}
-	if l := b.sharedUser(p, addr, isReturn); l != nil {
-		// Named for another process of the binary already.
-		b.locs[lk] = l
+	if l := b.locs[lk]; l != nil {
 		return l
 	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
@@ -593,11 +642,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	return l
 }
 
-// sharedUser returns the location this Profile made of the same
-// link-time address of the same binary in another process, if any: most of
-// a short-lived process's frames are in binaries other processes ran, and
-// finding them so spares naming them again.
-func (b *builder) sharedUser(p *proc.Process, addr uint64, isReturn bool) *profile.Location {
+// linkedOf returns the profile mapping of the mapping of p that holds
+// addr when its binary can be read at link-time addresses; nil otherwise.
+func (b *builder) linkedOf(p *proc.Process, addr uint64, isReturn bool) *mappingBias {
 	lookup := addr
 	if isReturn && lookup > 0 {
 		lookup--
@@ -606,11 +653,10 @@ func (b *builder) sharedUser(p *proc.Process, addr uint64, isReturn bool) *profi
 	if m == nil || m.Inode == 0 && m.Path != "[vdso]" {
 		return nil
 	}
-	pm := b.mappingOf(m)
-	if !pm.linked {
-		return nil
+	if pm := b.mappingOf(m); pm.linked {
+		return pm
 	}
-	return b.locs[locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}]
+	return nil
 }
 
 // mappingOf returns the profile mapping of m, made once per Profile.

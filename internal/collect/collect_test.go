@@ -98,24 +98,32 @@ func TestProfileMergesEqualStacks(t *testing.T) {
 	thread := func(user []uint64, count uint64) sampler.Sample {
 		return sampler.Sample{PID: pid, TID: pid, Generation: 1, Comm: "test", Thread: "test", User: user, Count: count}
 	}
-	p := c.Profile([]sampler.Sample{thread(stack, 1), thread(other, 5), thread(stack, 2), thread(same, 4)}, Options{})
-	if len(p.Samples) != 2 {
-		t.Fatalf("%d samples, want 2: %v", len(p.Samples), p.Samples)
-	}
-	counts := map[int]int64{}
-	for _, s := range p.Samples {
-		counts[len(s.Stack)] += s.Count
-	}
-	if counts[1] != 7 || counts[2] != 5 {
-		t.Errorf("counts by stack depth %v, want 7 for the one-frame stack and 5 for the other", counts)
-	}
-	var leaf *profile.Location
-	for _, s := range p.Samples {
-		if leaf == nil {
-			leaf = s.Stack[0]
-		} else if s.Stack[0] != leaf {
-			t.Error("one address has two locations in one profile")
+	// The second Profile names with the maps the first kept, cleared.
+	var last *profile.Location
+	for range 2 {
+		p := c.Profile([]sampler.Sample{thread(stack, 1), thread(other, 5), thread(stack, 2), thread(same, 4)}, Options{})
+		if len(p.Samples) != 2 {
+			t.Fatalf("%d samples, want 2: %v", len(p.Samples), p.Samples)
 		}
+		counts := map[int]int64{}
+		for _, s := range p.Samples {
+			counts[len(s.Stack)] += s.Count
+		}
+		if counts[1] != 7 || counts[2] != 5 {
+			t.Errorf("counts by stack depth %v, want 7 for the one-frame stack and 5 for the other", counts)
+		}
+		var leaf *profile.Location
+		for _, s := range p.Samples {
+			if leaf == nil {
+				leaf = s.Stack[0]
+			} else if s.Stack[0] != leaf {
+				t.Error("one address has two locations in one profile")
+			}
+		}
+		if leaf == last {
+			t.Error("a profile has a location of the one before")
+		}
+		last = leaf
 	}
 }
 

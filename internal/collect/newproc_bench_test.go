@@ -287,3 +287,55 @@ func (nopPython) DeletePython(uint32) error                           { return n
 func frameWord(addr uint64, index uint32) uint64 {
 	return 1<<63 | uint64(index)<<44 | addr>>3
 }
+
+// BenchmarkProfileNewProcs measures what naming a window's samples
+// (Profile) allocates for new python3 processes of a known interpreter:
+// each operation is a window of 20 new images of one live python3, each
+// with three samples of twenty native frames at its own addresses (as
+// stacksIn) and the same twelve Python frames. Garbage collection costs
+// the agent in proportion to these bytes.
+//
+//	go test -run '^$' -bench ProfileNewProcs -benchtime 50x ./internal/collect/
+func BenchmarkProfileNewProcs(b *testing.B) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("needs python3")
+	}
+	pid, codes := fixture.PythonCodes(b, py)
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "node")
+	c.SetPython(nopPython{})
+	const batch = 20
+	gen := uint32(0)
+	window := func() []sampler.Sample {
+		c.mu.Lock()
+		for k := range c.procs {
+			c.countFiles(c.procs[k].p.Mappings, -1)
+			delete(c.procs, k)
+			c.forgetPython(k)
+		}
+		c.mu.Unlock()
+		var samples []sampler.Sample
+		for range batch {
+			gen++
+			c.NewProc(uint32(pid), gen)
+			for _, s := range stacksIn(b, pid, gen) {
+				for j := range 12 {
+					s.User = append(s.User, frameWord(codes[j%len(codes)].Addr, uint32(j)))
+				}
+				samples = append(samples, s)
+			}
+		}
+		c.ReadPython(samples)
+		return samples
+	}
+	c.Profile(window(), Options{}) // the interpreter's addresses named
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		samples := window()
+		b.StartTimer()
+		c.Profile(samples, Options{})
+	}
+}

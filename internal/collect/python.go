@@ -190,16 +190,20 @@ func isEvalLoop(l *profile.Location) bool {
 
 // pythonLoc returns the location of a Python frame word of process p.
 // Its address stands for its function and line, so equal frames of any
-// process are one location in the store.
+// process are one location in the store, and one in the profile.
 func (b *builder) pythonLoc(pp *python.Process, p *proc.Process, word uint64) *profile.Location {
 	k := locKey{proc: p, addr: word}
 	if l := b.locs[k]; l != nil {
 		return l
 	}
 	f := pp.Frame(word)
-	h := fnv.New64a()
-	h.Write([]byte(f.Function + "\x00" + f.File + "\x00" + strconv.Itoa(f.Line)))
-	l := &profile.Location{Address: h.Sum64(), Frames: []symbol.Frame{f}}
+	l := b.pyLocs[f]
+	if l == nil {
+		h := fnv.New64a()
+		h.Write([]byte(f.Function + "\x00" + f.File + "\x00" + strconv.Itoa(f.Line)))
+		l = &profile.Location{Address: h.Sum64(), Frames: []symbol.Frame{f}}
+		b.pyLocs[f] = l
+	}
 	b.locs[k] = l
 	return l
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -260,5 +261,35 @@ func TestReadText(t *testing.T) {
 				t.Errorf("Read = %+v", p)
 			}
 		})
+	}
+}
+
+// TestReadKnownAllocs bounds what reading a new process of known binaries
+// allocates, however many files it maps: the snapshot, its mappings, and
+// no path that an earlier read had.
+func TestReadKnownAllocs(t *testing.T) {
+	cmd := exec.Command("python3", "-c", "import json, decimal, random, sys; print(flush=True); sys.stdin.read()")
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Skipf("needs python3: %v", err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	if _, err := out.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	p, err := ReadKnown(pid, Known{Comm: "python3", StartTime: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Mappings) < 10 {
+		t.Fatalf("python3 has %d executable mappings, want its libraries'", len(p.Mappings))
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		ReadKnown(pid, Known{Comm: "python3", StartTime: 1, ExeText: p.Mappings[0].Start})
+	})
+	if allocs > 7 {
+		t.Errorf("%v allocations reading a process of %d executable mappings, want at most 7", allocs, len(p.Mappings))
 	}
 }

@@ -2,7 +2,9 @@ package proc
 
 import (
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -49,7 +51,26 @@ var errNoQuery = errors.New("PROCMAP_QUERY not supported")
 // /proc/PID/maps is open as fd, in address order. name is scratch space
 // for paths (PATH_MAX bytes).
 func queryMaps(fd int, name []byte) ([]Mapping, error) {
+	// The mappings are gathered in scratch space and copied out once, at
+	// their size: appended to a new slice, they took half a dozen
+	// allocations and kept up to twice their room.
+	sp := scratchMappings.Get().(*[]Mapping)
+	defer scratchMappings.Put(sp)
+	ms, err := queryMapsInto((*sp)[:0], fd, name)
 	var out []Mapping
+	if len(ms) > 0 {
+		out = slices.Clone(ms)
+	}
+	clear(ms) // their paths
+	*sp = ms[:0]
+	return out, err
+}
+
+// scratchMappings hold queryMaps's mappings until they are copied out.
+var scratchMappings = sync.Pool{New: func() any { return new([]Mapping) }}
+
+// queryMapsInto is queryMaps, appending to out.
+func queryMapsInto(out []Mapping, fd int, name []byte) ([]Mapping, error) {
 	q := procmapQuery{Size: uint64(unsafe.Sizeof(procmapQuery{}))}
 	for addr := uint64(0); ; {
 		q.QueryFlags = queryExecutable | queryCoveringOrNext
@@ -86,7 +107,7 @@ func queryMaps(fd int, name []byte) ([]Mapping, error) {
 			Dev: uint64(q.DevMajor)<<20 | uint64(q.DevMinor), Inode: q.Inode,
 		}
 		if n := int(q.VMANameSize); n > 1 && n <= len(name) {
-			m.Path = string(name[:n-1]) // the size counts the NUL
+			m.Path = internPath(name[:n-1]) // the size counts the NUL
 			if p, ok := strings.CutSuffix(m.Path, " (deleted)"); ok {
 				m.Path, m.Deleted = p, true
 			}
@@ -94,4 +115,30 @@ func queryMaps(fd int, name []byte) ([]Mapping, error) {
 		out = append(out, m)
 		addr = q.VMAEnd
 	}
+}
+
+// mappedPaths interns the paths of mappings: a node's new processes map
+// the same few hundred files, and a snapshot then costs no string for them.
+var mappedPaths struct {
+	sync.Mutex
+	m map[string]string
+}
+
+// maxMappedPaths bounds mappedPaths; past it, it starts over.
+const maxMappedPaths = 4096
+
+// internPath returns b as a string, the same one for equal b. Safe for
+// concurrent use.
+func internPath(b []byte) string {
+	mappedPaths.Lock()
+	defer mappedPaths.Unlock()
+	if s, ok := mappedPaths.m[string(b)]; ok {
+		return s
+	}
+	if mappedPaths.m == nil || len(mappedPaths.m) >= maxMappedPaths {
+		mappedPaths.m = map[string]string{}
+	}
+	s := string(b)
+	mappedPaths.m[s] = s
+	return s
 }

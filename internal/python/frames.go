@@ -56,6 +56,9 @@ type Process struct {
 
 	mu    sync.Mutex
 	codes map[uint64]*code
+	// scratch holds what reads of a code object use only until they
+	// return: a code object's header, a string before it is copied.
+	scratch [codeHeader]byte
 }
 
 // memory is a process's memory, its addresses the offsets.
@@ -71,6 +74,9 @@ type code struct {
 	firstLine      int
 	lineTable      []byte
 }
+
+// unreadable stands for every code object that could not be read.
+var unreadable = &code{}
 
 // maxCodes bounds the code objects named per process; past it the cache
 // starts over (a process generating code without end).
@@ -130,24 +136,25 @@ func (p *Process) Remember(word uint64) {
 func (p *Process) code(addr uint64) *code {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// A code object in the interpreter's image is read once for all the
+	// processes of the interpreter, and kept there only: most of a short
+	// run's are (imports), and each process's map grew with them.
+	link, static := p.interp.image(addr)
+	if static {
+		if c := p.interp.file.code(link); c != nil {
+			return c
+		}
+	}
 	if c := p.codes[addr]; c != nil {
 		return c
 	}
-	// A code object in the interpreter's image is read once for all the
-	// processes of the interpreter.
-	link, static := p.interp.image(addr)
-	var c *code
-	if static {
-		c = p.interp.file.code(link)
-	}
-	if c == nil {
-		var err error
-		switch c, err = p.readCode(addr); {
-		case err != nil:
-			c = &code{}
-		case static:
-			p.interp.file.keep(link, c)
-		}
+	c, err := p.readCode(addr)
+	switch {
+	case err != nil:
+		c = unreadable
+	case static:
+		p.interp.file.keep(link, c)
+		return c
 	}
 	if len(p.codes) >= maxCodes {
 		clear(p.codes)
@@ -164,7 +171,7 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 		return nil, os.ErrClosed
 	}
 	o := &p.interp.Offsets
-	h := make([]byte, codeHeader)
+	h := p.scratch[:codeHeader]
 	if err := p.read(h, addr); err != nil {
 		return nil, err
 	}
@@ -176,23 +183,25 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 	if o.CodeQualname != 0 {
 		name = o.CodeQualname
 	}
-	function, err := p.str(ptr(name), maxName)
+	// Every field before the reads that reuse the scratch space.
+	nameAt, fileAt, tableAt := ptr(name), ptr(o.CodeFilename), ptr(o.CodeLineTable)
+	firstLine := int(int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:])))
+	function, err := p.str(nameAt, maxName)
 	if err != nil {
 		return nil, fmt.Errorf("code name: %w", err)
 	}
-	file, err := p.str(ptr(o.CodeFilename), maxFilename)
+	file, err := p.str(fileAt, maxFilename)
 	if err != nil {
 		return nil, fmt.Errorf("code file: %w", err)
 	}
-	table, err := p.bytes(ptr(o.CodeLineTable), maxLineTable)
+	table, err := p.bytes(tableAt, maxLineTable)
 	if err != nil {
 		return nil, fmt.Errorf("code line table: %w", err)
 	}
 	if m := Module(file); m != "" {
 		function = m + "." + function
 	}
-	return &code{function: function, file: file,
-		firstLine: int(int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:]))), lineTable: table}, nil
+	return &code{function: function, file: file, firstLine: firstLine, lineTable: table}, nil
 }
 
 func (p *Process) read(b []byte, addr uint64) error {
@@ -211,10 +220,11 @@ const (
 )
 
 // str reads the str object at addr: a compact one, as code objects hold.
+// Callers hold mu.
 func (p *Process) str(addr uint64, max int) (string, error) {
 	o := &p.interp.Offsets
-	var h [40]byte
-	if err := p.read(h[:], addr); err != nil {
+	h := p.scratch[:40]
+	if err := p.read(h, addr); err != nil {
 		return "", err
 	}
 	n := binary.LittleEndian.Uint64(h[lengthOff:])
@@ -227,7 +237,12 @@ func (p *Process) str(addr uint64, max int) (string, error) {
 	if ascii {
 		data = addr + uint64(o.ASCIISize)
 	}
-	b := make([]byte, int(n)*kind)
+	var b []byte // copied into the string below
+	if size := int(n) * kind; size <= len(p.scratch) {
+		b = p.scratch[:size]
+	} else {
+		b = make([]byte, size)
+	}
 	if err := p.read(b, data); err != nil {
 		return "", err
 	}
@@ -262,10 +277,10 @@ const (
 	bytesData = 32
 )
 
-// bytes reads the bytes object at addr.
+// bytes reads the bytes object at addr. Callers hold mu.
 func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
-	var h [bytesData]byte
-	if err := p.read(h[:], addr); err != nil {
+	h := p.scratch[:bytesData]
+	if err := p.read(h, addr); err != nil {
 		return nil, err
 	}
 	n := binary.LittleEndian.Uint64(h[bytesSize:])

@@ -112,9 +112,9 @@ func (m *countedMemory) ReadAt(b []byte, off int64) (int, error) {
 
 // TestStaticCodeShared names the code objects of a short run's imports
 // in two processes of each interpreter: those in the interpreter's image
-// (3.11's and 3.12's frozen modules) are read once for both, the others
-// in each; every name is what CPython says and what a read of the process
-// alone gives.
+// (3.11's and 3.12's frozen modules) are read and kept once for both,
+// the others in each; every name is what CPython says and what a read of
+// the process alone gives.
 func TestStaticCodeShared(t *testing.T) {
 	for _, py := range interpreters {
 		if py.err != nil {
@@ -143,9 +143,12 @@ func TestStaticCodeShared(t *testing.T) {
 				}
 				defer alone.Close()
 				image := imageOf(t, p.PID, in)
-				var static, frozen int
+				var static, frozen, own int
 				for _, c := range codes {
 					inImage := image(c.Addr)
+					if !inImage {
+						own++
+					}
 					if strings.HasPrefix(c.File, "<frozen ") {
 						frozen++
 						if inImage {
@@ -170,6 +173,9 @@ func TestStaticCodeShared(t *testing.T) {
 					if n := mem.reads - reads; (i == 1 && inImage) != (n == 0) {
 						t.Errorf("process %d: %s (in the image: %v) took %d reads", i, want, inImage, n)
 					}
+				}
+				if len(pp.codes) != own {
+					t.Errorf("process %d keeps %d code objects, want the %d not in the image", i, len(pp.codes), own)
 				}
 				if want := map[bool]int{true: frozen}[in.Minor == 11 || in.Minor == 12]; static != want {
 					t.Errorf("process %d: %d of %d frozen code objects in the interpreter's image, want %d", i, static, frozen, want)
@@ -241,5 +247,31 @@ func imageOf(t *testing.T, pid int, in *Interpreter) func(addr uint64) bool {
 			}
 		}
 		return false
+	}
+}
+
+// TestCodeAllocs bounds what reading a code object allocates: its names,
+// line table and record; and a read that fails nothing, as most do of a
+// short-lived process, whose samples are drained after it exits.
+func TestCodeAllocs(t *testing.T) {
+	table := []byte{0x80 | locOneLine1<<3, 0, 0}
+	p := fakeProcess(t, codeImage("Server.handle", "/srv/app/server.py", table))
+	for _, tc := range []struct {
+		name string
+		addr uint64
+		max  float64
+	}{
+		{"readable", 0x100, 5},
+		{"unreadable", 0x2000, 0}, // past the process's memory
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			allocs := testing.AllocsPerRun(100, func() {
+				delete(p.codes, tc.addr)
+				p.Remember(word(tc.addr, 0))
+			})
+			if allocs > tc.max {
+				t.Errorf("%v allocations a code object, want at most %v", allocs, tc.max)
+			}
+		})
 	}
 }
