@@ -198,7 +198,7 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 	if err != nil {
 		return nil, fmt.Errorf("code line table: %w", err)
 	}
-	if m := Module(file); m != "" {
+	if m := moduleOf(file); m != "" {
 		function = m + "." + function
 	}
 	return &code{function: function, file: file, firstLine: firstLine, lineTable: table}, nil
@@ -212,6 +212,26 @@ func (p *Process) read(b []byte, addr uint64) error {
 	return err
 }
 
+// readObject reads the object at addr into the scratch space, its header
+// of at least need bytes and as much after it as fits: a string or bytes
+// object holds its data right after its header, and most of those a code
+// object names fit, which spares a second read of each (every read is a
+// system call). It returns what it read, need bytes or more. Callers hold
+// mu.
+func (p *Process) readObject(addr uint64, need int) ([]byte, error) {
+	if addr == 0 || addr > 1<<63 {
+		return nil, fmt.Errorf("address %#x", addr)
+	}
+	n, err := p.mem.ReadAt(p.scratch[:], int64(addr))
+	if n < need {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return p.scratch[:n], nil // short of the end of readable memory: what is there
+}
+
 // String kinds and flags in PyASCIIObject.state: kind in bits 2-4, compact
 // bit 5, ascii bit 6, in every version read.
 const (
@@ -223,8 +243,8 @@ const (
 // Callers hold mu.
 func (p *Process) str(addr uint64, max int) (string, error) {
 	o := &p.interp.Offsets
-	h := p.scratch[:40]
-	if err := p.read(h, addr); err != nil {
+	h, err := p.readObject(addr, 40)
+	if err != nil {
 		return "", err
 	}
 	n := binary.LittleEndian.Uint64(h[lengthOff:])
@@ -233,18 +253,18 @@ func (p *Process) str(addr uint64, max int) (string, error) {
 	if !compact || n > uint64(max) || (kind != 1 && kind != 2 && kind != 4) {
 		return "", fmt.Errorf("str at %#x: not a compact string of at most %d characters", addr, max)
 	}
-	data := addr + uint64(o.CompactSize)
+	data := uint64(o.CompactSize)
 	if ascii {
-		data = addr + uint64(o.ASCIISize)
+		data = uint64(o.ASCIISize)
 	}
-	var b []byte // copied into the string below
-	if size := int(n) * kind; size <= len(p.scratch) {
-		b = p.scratch[:size]
+	b := h[min(data, uint64(len(h))):] // copied into the string below
+	if size := uint64(n) * uint64(kind); size <= uint64(len(b)) {
+		b = b[:size]
 	} else {
 		b = make([]byte, size)
-	}
-	if err := p.read(b, data); err != nil {
-		return "", err
+		if err := p.read(b, addr+data); err != nil {
+			return "", err
+		}
 	}
 	switch kind {
 	case 1:
@@ -279,8 +299,8 @@ const (
 
 // bytes reads the bytes object at addr. Callers hold mu.
 func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
-	h := p.scratch[:bytesData]
-	if err := p.read(h, addr); err != nil {
+	h, err := p.readObject(addr, bytesData)
+	if err != nil {
 		return nil, err
 	}
 	n := binary.LittleEndian.Uint64(h[bytesSize:])
@@ -288,7 +308,8 @@ func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
 		return nil, fmt.Errorf("bytes at %#x: %d bytes, at most %d", addr, n, max)
 	}
 	b := make([]byte, n)
-	if n == 0 {
+	if n <= uint64(len(h)-bytesData) {
+		copy(b, h[bytesData:])
 		return b, nil
 	}
 	return b, p.read(b, addr+bytesData)
@@ -315,6 +336,32 @@ func Module(file string) string {
 	}
 	rel = strings.TrimSuffix(strings.TrimSuffix(rel, ".py"), "/__init__")
 	return strings.ReplaceAll(rel, "/", ".")
+}
+
+// modules caches Module by file for every process: the processes of an
+// interpreter run the same files, and the regular expression was a
+// quarter of the CPU reading a code object took.
+var modules struct {
+	sync.Mutex
+	m map[string]string
+}
+
+// maxModules bounds modules; past it, it starts over.
+const maxModules = 4096
+
+// moduleOf is Module, cached. Safe for concurrent use.
+func moduleOf(file string) string {
+	modules.Lock()
+	defer modules.Unlock()
+	if m, ok := modules.m[file]; ok {
+		return m
+	}
+	if modules.m == nil || len(modules.m) >= maxModules {
+		modules.m = map[string]string{}
+	}
+	m := Module(file)
+	modules.m[file] = m
+	return m
 }
 
 // sysPathDir matches the directories of sys.path whose files' module

@@ -253,6 +253,54 @@ func imageOf(t *testing.T, pid int, in *Interpreter) func(addr uint64) bool {
 // TestCodeAllocs bounds what reading a code object allocates: its names,
 // line table and record; and a read that fails nothing, as most do of a
 // short-lived process, whose samples are drained after it exits.
+// countedImage is an image that counts its reads.
+type countedImage struct {
+	image
+	reads int
+}
+
+func (m *countedImage) ReadAt(b []byte, off int64) (int, error) {
+	m.reads++
+	return m.image.ReadAt(b, off)
+}
+
+// TestCodeReads counts the reads of a code object: one for its header and
+// one for each string and its line table, whose data come with their
+// headers when they fit; one more for a string that does not; an object
+// at the end of readable memory is read in full.
+func TestCodeReads(t *testing.T) {
+	short := []byte{0x80 | locOneLine1<<3, 0, 0}
+	long := "/srv/app/" + strings.Repeat("d/", 150) + "server.py"
+	for _, tc := range []struct {
+		name, file string
+		tableAt    int // 0: codeImage's
+		reads      int
+	}{
+		{"short", "/srv/app/server.py", 0, 4},
+		{"long file name", long, 0, 5},
+		{"table at the end", "/srv/app/server.py", 0x1000 - bytesData - len(short), 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := codeImage("Server.handle", tc.file, short)
+			if tc.tableAt != 0 {
+				binary.LittleEndian.PutUint64(img[tc.tableAt+bytesSize:], uint64(len(short)))
+				copy(img[tc.tableAt+bytesData:], short)
+				binary.LittleEndian.PutUint64(img[0x100+int(versions[12].CodeLineTable):], uint64(tc.tableAt))
+			}
+			p := fakeProcess(t, img)
+			m := &countedImage{image: p.mem.(image)}
+			p.mem = m
+			f := p.Frame(word(0x100, 0))
+			if f.Function != "server.Server.handle" || f.File != tc.file || f.Line != 11 {
+				t.Errorf("named %+v", f)
+			}
+			if m.reads != tc.reads {
+				t.Errorf("%d reads, want %d", m.reads, tc.reads)
+			}
+		})
+	}
+}
+
 func TestCodeAllocs(t *testing.T) {
 	table := []byte{0x80 | locOneLine1<<3, 0, 0}
 	p := fakeProcess(t, codeImage("Server.handle", "/srv/app/server.py", table))
