@@ -69,9 +69,10 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-// A thread's Python frames, leaf first.
+// A thread's Python frames, leaf first, and how many the last walk read.
 struct python_stack {
 	__u64 frames[PY_MAX_FRAMES];
+	__u32 n;
 };
 
 // A thread off the CPU: since when, and where it waits.
@@ -124,6 +125,18 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
 } stale_procs SEC(".maps");
+
+// Samples with Python frames of CPython processes younger than
+// PY_YOUNG_NS, as struct new_proc (pid and generation): user space drains
+// the samples at once and reads their code objects, which a process gone
+// before the next periodic drain (a second) takes with it. A record wakes
+// the reader only when it has read the ones before.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} python_young SEC(".maps");
+
+#define PY_YOUNG_NS 1000000000ULL
 
 // CPython processes: tgid -> where their interpreter state is. Allocated
 // as used; user space lists every CPython process it learns.
@@ -670,6 +683,7 @@ static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_st
 		n = MAX_STACK_DEPTH - np;
 	struct python_append a = {.ips = ips, .python = python, .len = n};
 	bpf_loop(np, python_append_step, &a, 0);
+	python->n = np;
 	return a.len;
 }
 
@@ -717,6 +731,22 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 		count(STAT_RINGBUF_FULL);
 }
 
+// tell_young_python asks user space to drain now when the sample just
+// taken read Python frames of a process younger than PY_YOUNG_NS.
+static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
+					      struct python_stack *python)
+{
+	if (!python->n || bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS)
+		return;
+	struct new_proc *e = bpf_ringbuf_reserve(&python_young, sizeof(*e), 0);
+	if (!e)
+		return; // the reader is behind: it drains anyway
+	__builtin_memset(e, 0, sizeof(*e));
+	e->pid = tgid;
+	e->generation = gen;
+	bpf_ringbuf_submit(e, 0);
+}
+
 SEC("perf_event")
 int sample(struct bpf_perf_event_data *ctx)
 {
@@ -746,12 +776,14 @@ int sample(struct bpf_perf_event_data *ctx)
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
 		emit(ctx, e, task, &sc->python);
+		tell_young_python(task, tgid, gen, &sc->python);
 		return 0;
 	}
 
 	struct sample_key key;
 	stack_key(ctx, user_mode(ctx), task, tgid, tid, gen, sc, &stacks, &key);
 	aggregate(&key);
+	tell_young_python(task, tgid, gen, &sc->python);
 	return 0;
 }
 

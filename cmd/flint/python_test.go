@@ -282,6 +282,42 @@ func TestRecordPythonBadTargets(t *testing.T) {
 	})
 }
 
+// TestAgentShortPython runs short python3 processes, a tenth of a second
+// of imports and arithmetic each, beside the agent: their code objects are
+// read while they live, though they are gone long before the window is
+// named (with the periodic drain alone, two thirds of such samples had no
+// name, docs/PYTHON.md).
+func TestAgentShortPython(t *testing.T) {
+	requireRoot(t)
+	flint, _ := build(t)
+	if _, err := os.Stat(debianPython); err != nil {
+		t.Skipf("no interpreter at %s", debianPython)
+	}
+	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--frequency", "499")
+	from := time.Now()
+	var pids []string
+	for range 10 {
+		cmd := exec.Command(debianPython, "-c", "import json, decimal, random; sum(range(3000000))")
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, strconv.Itoa(cmd.Process.Pid))
+	}
+	waitMetric(t, a, "flint_windows_written_total", a.metric(t, "flint_windows_written_total")+2)
+	q := url.Values{"from": {strconv.FormatInt(from.Unix()-1, 10)}, "to": {"now"}, "format": {"pprof"},
+		"selector": {fmt.Sprintf(`{pid=~"%s"}`, strings.Join(pids, "|"))}}
+	p, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, unread := totalSamples(p), funcSamples(p, "[python: unreadable code]")
+	t.Logf("%d of %d samples in unreadable code", unread, total)
+	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/5 {
+		t.Errorf("%d of %d samples in unreadable code, want at most a fifth of at least 100, and json's module named", unread, total)
+	}
+	stopAgent(t, a)
+}
+
 // TestAgentPythonExited runs the Python fixture for a few seconds inside
 // one of the agent's windows: its samples keep their Python names though
 // the process is gone when the window is named.

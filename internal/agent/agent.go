@@ -121,8 +121,9 @@ func DefaultOptions() Options {
 // full, and when a live profile starts or ends: the ring holds seconds of
 // samples, and draining every second cost the agent 22-27% more CPU
 // (docs/BENCHMARKS.md). It drains every second while it reads the Python
-// frames of some process, whose code objects must be read while it lives,
-// and while it records off-CPU time (Options.OffCPU, or a live off-CPU
+// frames of some process, whose code objects must be read while it lives
+// (and at once after samples of a CPython process under a second old, which
+// may be gone in a second), and while it records off-CPU time (Options.OffCPU, or a live off-CPU
 // profile), whose map holds offCPUStacks: seconds of waits.
 const (
 	checkInterval = time.Second
@@ -385,6 +386,8 @@ func (a *Agent) loop(ctx context.Context) {
 			}
 			a.endLive()
 			return
+		case <-a.sampler.YoungPython():
+			a.drain(time.Now())
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
 			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.coll.ReadsPython() {

@@ -170,6 +170,10 @@ loop:
 			break loop
 		case <-timer.C:
 			break loop
+		case <-s.YoungPython(): // a short-lived process's code objects
+			if err := drain(); err != nil {
+				return nil, err
+			}
 		case <-tick.C:
 			// The ring holds a few seconds, the off-CPU map is sized for
 			// seconds, and Python code objects must be read while their

@@ -143,6 +143,8 @@ type profileScratch struct {
 	Python struct {
 		_      structs.HostLayout
 		Frames [48]uint64
+		N      uint32
+		_      [4]byte
 	}
 	Span   profileOffCpuSpan
 	User   profileStackTrace
@@ -195,6 +197,7 @@ const (
 	profileMapProcEvents            = "proc_events"
 	profileMapPythonProcs           = "python_procs"
 	profileMapPythonThreads         = "python_threads"
+	profileMapPythonYoung           = "python_young"
 	profileMapSamples               = "samples"
 	profileMapScratch               = "scratch"
 	profileMapStacks                = "stacks"
@@ -286,6 +289,7 @@ type profileMapSpecs struct {
 	ProcEvents    *ebpf.MapSpec `ebpf:"proc_events"`
 	PythonProcs   *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonYoung   *ebpf.MapSpec `ebpf:"python_young"`
 	Samples       *ebpf.MapSpec `ebpf:"samples"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
@@ -347,6 +351,7 @@ type profileMaps struct {
 	ProcEvents    *ebpf.Map `ebpf:"proc_events"`
 	PythonProcs   *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads *ebpf.Map `ebpf:"python_threads"`
+	PythonYoung   *ebpf.Map `ebpf:"python_young"`
 	Samples       *ebpf.Map `ebpf:"samples"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	Stacks        *ebpf.Map `ebpf:"stacks"`
@@ -367,6 +372,7 @@ func (m *profileMaps) Close() error {
 		m.ProcEvents,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.PythonYoung,
 		m.Samples,
 		m.Scratch,
 		m.Stacks,

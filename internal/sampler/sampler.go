@@ -145,6 +145,8 @@ type Sampler struct {
 	running  bool      // between Resume and Stop
 	procs    *ringbuf.Reader
 	stale    *ringbuf.Reader
+	young    *ringbuf.Reader // python_young
+	youngPy  chan struct{}   // YoungPython's
 	samples  *ringbuf.Reader
 	waits    []*os.File // the rings readProcs waits on, closed to stop it
 	wg       sync.WaitGroup
@@ -219,7 +221,8 @@ func Start(opts Options) (*Sampler, error) {
 	} else {
 		spec.Maps["unwind_procs"].MaxEntries = 1
 	}
-	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
+	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{},
+		youngPy: make(chan struct{}, 1)}
 	if err := s.load(spec); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
@@ -272,18 +275,27 @@ func (s *Sampler) start() error {
 	if s.stale, err = ringbuf.NewReader(s.objs.StaleProcs); err != nil {
 		return fmt.Errorf("open stale process events: %w", err)
 	}
-	for _, m := range []*ebpf.Map{s.objs.ProcEvents, s.objs.StaleProcs} {
+	if s.young, err = ringbuf.NewReader(s.objs.PythonYoung); err != nil {
+		return fmt.Errorf("open young Python process events: %w", err)
+	}
+	for _, m := range []*ebpf.Map{s.objs.ProcEvents, s.objs.StaleProcs, s.objs.PythonYoung} {
 		f, err := pollable(m)
 		if err != nil {
 			return fmt.Errorf("poll process events: %w", err)
 		}
 		s.waits = append(s.waits, f)
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.readProcs(s.procs, s.waits[0], s.opts.OnNewProc)
 	go s.readProcs(s.stale, s.waits[1], func(p NewProc) {
 		if s.opts.OnStale != nil {
 			s.opts.OnStale(p.PID, p.Generation)
+		}
+	})
+	go s.readProcs(s.young, s.waits[2], func(NewProc) {
+		select {
+		case s.youngPy <- struct{}{}:
+		default: // one is pending
 		}
 	})
 	if s.opts.Transfer == RingBuffer {
@@ -314,6 +326,13 @@ func (s *Sampler) start() error {
 	}
 	return s.Resume()
 }
+
+// YoungPython receives after samples that read the Python frames of a
+// CPython process started less than a second before (SetPython): drain
+// them soon and read their code objects (collect.Collector.ReadPython),
+// which a short-lived process takes with it when it exits, before the
+// next periodic drain. One receive stands for all the samples before it.
+func (s *Sampler) YoungPython() <-chan struct{} { return s.youngPy }
 
 // Resume starts sampling after Start with Options.Paused, or Stop.
 func (s *Sampler) Resume() error {
@@ -472,12 +491,12 @@ func (s *Sampler) Close() error {
 	}
 	s.wg.Wait()
 	s.waits = nil
-	for _, r := range []*ringbuf.Reader{s.procs, s.stale, s.samples} {
+	for _, r := range []*ringbuf.Reader{s.procs, s.stale, s.young, s.samples} {
 		if r != nil {
 			r.Close()
 		}
 	}
-	s.procs, s.stale, s.samples = nil, nil, nil
+	s.procs, s.stale, s.young, s.samples = nil, nil, nil, nil
 	return s.objs.Close()
 }
 
