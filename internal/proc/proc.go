@@ -6,7 +6,6 @@
 package proc
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flint-dev/flint/internal/memo"
 )
 
 // ErrNoProcess reports a PID with no living process.
@@ -279,38 +280,24 @@ type cgroupInfo struct{ cgroup, container, pod string }
 // cgroups memoises cgroupOf: a node's new processes share a few cgroups,
 // and parsing one takes regular expressions. The snapshots then share the
 // strings too.
-var cgroups struct {
-	sync.Mutex
-	m map[string]cgroupInfo
-}
-
-// maxCgroups bounds the memo; past it, it starts over.
-const maxCgroups = 4096
+var cgroups = memo.Strings[cgroupInfo]{Max: 4096}
 
 // cgroupOf parses the contents of a /proc/PID/cgroup file, once per
 // distinct contents. Safe for concurrent use.
 func cgroupOf(b []byte) cgroupInfo {
-	cgroups.Lock()
-	defer cgroups.Unlock()
-	if ci, ok := cgroups.m[string(b)]; ok {
+	return cgroups.GetBytes(b, func(s string) cgroupInfo {
+		ci := cgroupInfo{cgroup: parseCgroup(s)}
+		ci.container, ci.pod = ParseContainer(s)
 		return ci
-	}
-	ci := cgroupInfo{cgroup: parseCgroup(b)}
-	ci.container, ci.pod = ParseContainer(string(b))
-	if cgroups.m == nil || len(cgroups.m) >= maxCgroups {
-		cgroups.m = map[string]cgroupInfo{}
-	}
-	cgroups.m[string(b)] = ci
-	return ci
+	})
 }
 
 // parseCgroup picks the unified hierarchy's path if the process has one
 // beyond the root, else the first v1 hierarchy with a non-root path.
-func parseCgroup(b []byte) string {
+func parseCgroup(file string) string {
 	var v1 string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		_, rest, _ := strings.Cut(sc.Text(), ":")
+	for line := range strings.Lines(file) {
+		_, rest, _ := strings.Cut(strings.TrimRight(line, "\n"), ":")
 		controllers, path, _ := strings.Cut(rest, ":")
 		if controllers == "" && path != "/" {
 			return path

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flint-dev/flint/internal/memo"
 )
 
 // Reading a process's executable mappings is most of what naming a new
@@ -119,26 +121,10 @@ func queryMapsInto(out []Mapping, fd int, name []byte) ([]Mapping, error) {
 
 // mappedPaths interns the paths of mappings: a node's new processes map
 // the same few hundred files, and a snapshot then costs no string for them.
-var mappedPaths struct {
-	sync.Mutex
-	m map[string]string
-}
-
-// maxMappedPaths bounds mappedPaths; past it, it starts over.
-const maxMappedPaths = 4096
+var mappedPaths = memo.Strings[string]{Max: 4096}
 
 // internPath returns b as a string, the same one for equal b. Safe for
 // concurrent use.
 func internPath(b []byte) string {
-	mappedPaths.Lock()
-	defer mappedPaths.Unlock()
-	if s, ok := mappedPaths.m[string(b)]; ok {
-		return s
-	}
-	if mappedPaths.m == nil || len(mappedPaths.m) >= maxMappedPaths {
-		mappedPaths.m = map[string]string{}
-	}
-	s := string(b)
-	mappedPaths.m[s] = s
-	return s
+	return mappedPaths.GetBytes(b, func(s string) string { return s })
 }

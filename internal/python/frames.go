@@ -12,6 +12,7 @@ import (
 	"sync"
 	"unicode/utf16"
 
+	"github.com/flint-dev/flint/internal/memo"
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
@@ -198,7 +199,7 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 	if err != nil {
 		return nil, fmt.Errorf("code line table: %w", err)
 	}
-	if m := moduleOf(file); m != "" {
+	if m := modules.Get(file, Module); m != "" {
 		function = m + "." + function
 	}
 	return &code{function: function, file: file, firstLine: firstLine, lineTable: table}, nil
@@ -341,28 +342,7 @@ func Module(file string) string {
 // modules caches Module by file for every process: the processes of an
 // interpreter run the same files, and the regular expression was a
 // quarter of the CPU reading a code object took.
-var modules struct {
-	sync.Mutex
-	m map[string]string
-}
-
-// maxModules bounds modules; past it, it starts over.
-const maxModules = 4096
-
-// moduleOf is Module, cached. Safe for concurrent use.
-func moduleOf(file string) string {
-	modules.Lock()
-	defer modules.Unlock()
-	if m, ok := modules.m[file]; ok {
-		return m
-	}
-	if modules.m == nil || len(modules.m) >= maxModules {
-		modules.m = map[string]string{}
-	}
-	m := Module(file)
-	modules.m[file] = m
-	return m
-}
+var modules = memo.Strings[string]{Max: 4096}
 
 // sysPathDir matches the directories of sys.path whose files' module
 // names are their paths below them.
