@@ -370,14 +370,17 @@ func TestSeries(t *testing.T) {
 	if len(lines) < 60 || len(lines) > 63 {
 		t.Errorf("%d rows for 10 minutes of 10 s steps", len(lines)-2)
 	}
-	row := regexp.MustCompile(`^\d\d:\d\d:\d\d +\d+\.\d +\d+\.\d$`)
+	// Times carry their date when the range spans midnight.
+	row := regexp.MustCompile(`^(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d +(\d+\.\d) +(\d+\.\d)$`)
 	var busy []string
 	for _, l := range lines[2:] {
-		if !row.MatchString(l) {
+		m := row.FindStringSubmatch(l)
+		if m == nil {
 			t.Errorf("row %q", l)
+			continue
 		}
-		if f := strings.Fields(l); f[1] != "0.0" {
-			busy = append(busy, f[1]+"/"+f[2])
+		if m[1] != "0.0" {
+			busy = append(busy, m[1]+"/"+m[2])
 		}
 	}
 	if want := "3.0/1.0 3.0/1.0 3.0/1.0 3.0/1.0 3.0/1.0 3.0/1.0 1.5/1.0 1.5/1.0 1.5/1.0 1.5/1.0 1.5/1.0 1.5/1.0"; strings.Join(busy, " ") != want {
