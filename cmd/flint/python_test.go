@@ -312,8 +312,10 @@ func TestAgentShortPython(t *testing.T) {
 	}
 	total, unread := totalSamples(p), funcSamples(p, "[python: unreadable code]")
 	t.Logf("%d of %d samples in unreadable code", unread, total)
-	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/5 {
-		t.Errorf("%d of %d samples in unreadable code, want at most a fifth of at least 100, and json's module named", unread, total)
+	// At most a third: CI has seen 12% (38 of 331), and with only the
+	// periodic drain 86% were (303 of 354).
+	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/3 {
+		t.Errorf("%d of %d samples in unreadable code, want at most a third of at least 100, and json's module named", unread, total)
 	}
 	stopAgent(t, a)
 }
