@@ -122,9 +122,10 @@ func DefaultOptions() Options {
 // samples, and draining every second cost the agent 22-27% more CPU
 // (docs/BENCHMARKS.md). It drains every second while it reads the Python
 // frames of some process, whose code objects must be read while it lives
-// (and at once after samples of a CPython process under a second old, which
-// may be gone in a second), and while it records off-CPU time (Options.OffCPU, or a live off-CPU
-// profile), whose map holds offCPUStacks: seconds of waits.
+// (and at once after samples of a CPython process under a second old,
+// which may be gone in a second: Sampler.YoungPython), and while it
+// records off-CPU time (Options.OffCPU, or a live off-CPU profile), whose
+// map holds offCPUStacks: seconds of waits.
 const (
 	checkInterval = time.Second
 	drainBacklog  = 0.5

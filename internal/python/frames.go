@@ -206,11 +206,16 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 }
 
 func (p *Process) read(b []byte, addr uint64) error {
-	if addr == 0 || addr > 1<<63 {
-		return fmt.Errorf("address %#x", addr)
-	}
-	_, err := p.mem.ReadAt(b, int64(addr))
+	_, err := p.readAt(b, addr)
 	return err
+}
+
+// readAt reads b at addr, refusing addresses no object can be at.
+func (p *Process) readAt(b []byte, addr uint64) (int, error) {
+	if addr == 0 || addr > 1<<63 {
+		return 0, fmt.Errorf("address %#x", addr)
+	}
+	return p.mem.ReadAt(b, int64(addr))
 }
 
 // readObject reads the object at addr into the scratch space, its header
@@ -220,10 +225,7 @@ func (p *Process) read(b []byte, addr uint64) error {
 // system call). It returns what it read, need bytes or more. Callers hold
 // mu.
 func (p *Process) readObject(addr uint64, need int) ([]byte, error) {
-	if addr == 0 || addr > 1<<63 {
-		return nil, fmt.Errorf("address %#x", addr)
-	}
-	n, err := p.mem.ReadAt(p.scratch[:], int64(addr))
+	n, err := p.readAt(p.scratch[:], addr)
 	if n < need {
 		if err == nil {
 			err = io.ErrUnexpectedEOF

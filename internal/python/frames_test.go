@@ -250,20 +250,6 @@ func imageOf(t *testing.T, pid int, in *Interpreter) func(addr uint64) bool {
 	}
 }
 
-// TestCodeAllocs bounds what reading a code object allocates: its names,
-// line table and record; and a read that fails nothing, as most do of a
-// short-lived process, whose samples are drained after it exits.
-// countedImage is an image that counts its reads.
-type countedImage struct {
-	image
-	reads int
-}
-
-func (m *countedImage) ReadAt(b []byte, off int64) (int, error) {
-	m.reads++
-	return m.image.ReadAt(b, off)
-}
-
 // TestCodeReads counts the reads of a code object: one for its header and
 // one for each string and its line table, whose data come with their
 // headers when they fit; one more for a string that does not; an object
@@ -288,7 +274,7 @@ func TestCodeReads(t *testing.T) {
 				binary.LittleEndian.PutUint64(img[0x100+int(versions[12].CodeLineTable):], uint64(tc.tableAt))
 			}
 			p := fakeProcess(t, img)
-			m := &countedImage{image: p.mem.(image)}
+			m := &countedMemory{memory: p.mem}
 			p.mem = m
 			f := p.Frame(word(0x100, 0))
 			if f.Function != "server.Server.handle" || f.File != tc.file || f.Line != 11 {
@@ -301,6 +287,9 @@ func TestCodeReads(t *testing.T) {
 	}
 }
 
+// TestCodeAllocs bounds what reading a code object allocates: its names,
+// line table and record; and a read that fails nothing, as reads of a
+// process that has exited do.
 func TestCodeAllocs(t *testing.T) {
 	table := []byte{0x80 | locOneLine1<<3, 0, 0}
 	p := fakeProcess(t, codeImage("Server.handle", "/srv/app/server.py", table))
