@@ -70,9 +70,15 @@ struct {
 } stats SEC(".maps");
 
 // A thread's Python frames, leaf first, and how many the last walk read.
+// A sample's Python frames (tagged words, enum python_frame_bits),
+// innermost first; also a record of python_young, its size cut after n
+// frames.
 struct python_stack {
-	__u64 frames[PY_MAX_FRAMES];
+	__u32 pid;
+	__u32 generation;
 	__u32 n;
+	__u32 pad;
+	__u64 frames[PY_MAX_FRAMES];
 };
 
 // A thread off the CPU: since when, and where it waits.
@@ -126,14 +132,14 @@ struct {
 	__uint(max_entries, 4096);
 } stale_procs SEC(".maps");
 
-// Samples with Python frames of CPython processes younger than
-// PY_YOUNG_NS, as struct new_proc (pid and generation): user space drains
-// the samples at once and reads their code objects, which a process gone
-// before the next periodic drain (a second) takes with it. A record wakes
-// the reader only when it has read the ones before.
+// The Python frames of samples of CPython processes younger than
+// PY_YOUNG_NS, as struct python_stack: user space reads their code objects
+// at once, which a process gone before the next periodic drain (a second)
+// takes with it. A record wakes the reader only when it has read the ones
+// before; when the ring is full, the periodic drain reads them.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 } python_young SEC(".maps");
 
 #define PY_YOUNG_NS 1000000000ULL
@@ -731,20 +737,20 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 		count(STAT_RINGBUF_FULL);
 }
 
-// tell_young_python asks user space to drain now when the sample just
-// taken read Python frames of a process younger than PY_YOUNG_NS.
+// tell_young_python hands user space the Python frames of the sample just
+// taken when they are of a process younger than PY_YOUNG_NS.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
-	if (!python->n || bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS)
+	__u32 n = python->n;
+	if (!n || n > PY_MAX_FRAMES ||
+	    bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS)
 		return;
-	struct new_proc *e = bpf_ringbuf_reserve(&python_young, sizeof(*e), 0);
-	if (!e)
-		return; // the reader is behind: it drains anyway
-	__builtin_memset(e, 0, sizeof(*e));
-	e->pid = tgid;
-	e->generation = gen;
-	bpf_ringbuf_submit(e, 0);
+	python->pid = tgid;
+	python->generation = gen;
+	python->pad = 0;
+	bpf_ringbuf_output(&python_young, python,
+			   offsetof(struct python_stack, frames) + n * sizeof(__u64), 0);
 }
 
 SEC("perf_event")

@@ -122,8 +122,8 @@ func DefaultOptions() Options {
 // samples, and draining every second cost the agent 22-27% more CPU
 // (docs/BENCHMARKS.md). It drains every second while it reads the Python
 // frames of some process, whose code objects must be read while it lives
-// (and at once after samples of a CPython process under a second old,
-// which may be gone in a second: Sampler.YoungPython), and while it
+// (the sampler hands over those of a CPython process under a second old
+// at once, which may be gone in a second: OnYoungPython), and while it
 // records off-CPU time (Options.OffCPU, or a live off-CPU profile), whose
 // map holds offCPUStacks: seconds of waits.
 const (
@@ -236,14 +236,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stats.Close()
 	a.sampler, err = sampler.Start(sampler.Options{
-		Frequency:    o.Frequency,
-		KernelStacks: true,
-		Transfer:     o.Transfer,
-		MaxStacks:    stacksPerWindow(o.Frequency, o.Window),
-		OnNewProc:    a.coll.Announced,
-		UnwindRows:   collect.UnwindRows(o.UnwindMemory),
-		OnStale:      a.coll.Refresh,
-		OffCPU:       offCPUOptions(o.OffCPU),
+		Frequency:     o.Frequency,
+		KernelStacks:  true,
+		Transfer:      o.Transfer,
+		MaxStacks:     stacksPerWindow(o.Frequency, o.Window),
+		OnNewProc:     a.coll.Announced,
+		UnwindRows:    collect.UnwindRows(o.UnwindMemory),
+		OnStale:       a.coll.Refresh,
+		OnYoungPython: a.coll.RememberPython,
+		OffCPU:        offCPUOptions(o.OffCPU),
 	})
 	if err != nil {
 		return err
@@ -387,8 +388,6 @@ func (a *Agent) loop(ctx context.Context) {
 			}
 			a.endLive()
 			return
-		case <-a.sampler.YoungPython():
-			a.drain(time.Now())
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
 			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.coll.ReadsPython() {

@@ -113,13 +113,24 @@ func (c *Collector) ReadPython(samples []sampler.Sample) {
 		if n == 0 || !python.IsFrame(s.User[n-1]) {
 			continue
 		}
-		pp := c.python(procKey{s.PID, s.Generation})
-		if pp == nil {
-			continue
+		j := n - 1
+		for j > 0 && python.IsFrame(s.User[j-1]) {
+			j--
 		}
-		for j := n - 1; j >= 0 && python.IsFrame(s.User[j]); j-- {
-			pp.Remember(s.User[j])
-		}
+		c.RememberPython(s.PID, s.Generation, s.User[j:])
+	}
+}
+
+// RememberPython reads the code objects of Python frames of process image
+// (pid, generation) now, while it runs (the sampler's OnYoungPython
+// callback, and ReadPython's).
+func (c *Collector) RememberPython(pid, generation uint32, frames []uint64) {
+	pp := c.python(procKey{pid, generation})
+	if pp == nil {
+		return
+	}
+	for _, w := range frames {
+		pp.Remember(w)
 	}
 }
 

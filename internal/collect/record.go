@@ -92,17 +92,18 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		offCPU = cmp.Or(o.OffCPU, &sampler.OffCPU{Min: sampler.DefaultOffCPUMin})
 	}
 	s, err := sampler.Start(sampler.Options{
-		Frequency:    o.Frequency,
-		PID:          o.PID,
-		KernelStacks: o.KernelStacks,
-		Transfer:     o.Transfer,
-		MaxStacks:    stackCapacity(o.Frequency, o.Duration),
-		OnNewProc:    c.Announced,
-		UnwindRows:   UnwindRows(o.UnwindMemory),
-		OnStale:      c.Refresh,
-		Paused:       true,
-		OffCPU:       offCPU,
-		NoCPU:        o.Kind == profile.OffCPU,
+		Frequency:     o.Frequency,
+		PID:           o.PID,
+		KernelStacks:  o.KernelStacks,
+		Transfer:      o.Transfer,
+		MaxStacks:     stackCapacity(o.Frequency, o.Duration),
+		OnNewProc:     c.Announced,
+		UnwindRows:    UnwindRows(o.UnwindMemory),
+		OnStale:       c.Refresh,
+		OnYoungPython: c.RememberPython,
+		Paused:        true,
+		OffCPU:        offCPU,
+		NoCPU:         o.Kind == profile.OffCPU,
 	})
 	if err != nil {
 		return nil, err
@@ -170,10 +171,6 @@ loop:
 			break loop
 		case <-timer.C:
 			break loop
-		case <-s.YoungPython(): // a short-lived process's code objects
-			if err := drain(); err != nil {
-				return nil, err
-			}
 		case <-tick.C:
 			// The ring holds a few seconds, the off-CPU map is sized for
 			// seconds, and Python code objects must be read while their

@@ -5,12 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 )
 
 // drainBatch is how many entries one batch syscall moves.
@@ -147,19 +144,10 @@ func (s *Sampler) drainRing() ([]Sample, error) {
 	// steady workload drains about the same keys each second.
 	counts := s.ringCounts
 	defer clear(counts)
-	s.samples.SetDeadline(time.Now()) // read what is there, do not wait
-	var rec ringbuf.Record
 	var ev profileSampleEvent
-	for {
-		err := s.samples.ReadInto(&rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read sample ring buffer: %w", err)
-		}
-		if !decodeEvent(rec.RawSample, &ev) {
-			continue
+	err := s.samples.read(func(raw []byte) {
+		if !decodeEvent(raw, &ev) {
+			return
 		}
 		user := ev.Ips[:ev.UserLen]
 		kernel := ev.Ips[ev.UserLen : ev.UserLen+ev.KernelLen]
@@ -169,6 +157,9 @@ func (s *Sampler) drainRing() ([]Sample, error) {
 			user: s.intern(user), kernel: s.intern(kernel),
 		}
 		counts[k]++
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read sample ring buffer: %w", err)
 	}
 	out := make([]Sample, 0, len(counts))
 	for k, n := range counts {

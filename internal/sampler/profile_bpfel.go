@@ -87,6 +87,15 @@ type profilePythonProc struct {
 	}
 }
 
+type profilePythonStack struct {
+	_          structs.HostLayout
+	Pid        uint32
+	Generation uint32
+	N          uint32
+	Pad        uint32
+	Frames     [48]uint64
+}
+
 type profilePythonThread struct {
 	_       structs.HostLayout
 	Tstate  uint64
@@ -140,12 +149,7 @@ const (
 
 type profileScratch struct {
 	_      structs.HostLayout
-	Python struct {
-		_      structs.HostLayout
-		Frames [48]uint64
-		N      uint32
-		_      [4]byte
-	}
+	Python profilePythonStack
 	Span   profileOffCpuSpan
 	User   profileStackTrace
 	Kernel profileStackTrace

@@ -27,7 +27,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -84,6 +83,13 @@ type Options struct {
 	// library since. It is called once until SetUnwind lists the process
 	// again.
 	OnStale func(pid, generation uint32)
+	// OnYoungPython is called, from a goroutine of the sampler, with the
+	// Python frames (frame words, see package python) of a sample of a
+	// CPython process (SetPython) started less than a second before: their
+	// code objects should be read at once, as a short-lived process takes
+	// them with it when it exits, likely before the next drain. The frames
+	// are valid until it returns.
+	OnYoungPython func(pid, generation uint32, frames []uint64)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
 	// OffCPU, if set, loads what records where threads wait off the CPU
@@ -143,12 +149,11 @@ type Sampler struct {
 	offCPU   link.Link // while recording off-CPU time
 	offCPUOn bool      // SetOffCPU(true)
 	running  bool      // between Resume and Stop
-	procs    *ringbuf.Reader
-	stale    *ringbuf.Reader
-	young    *ringbuf.Reader // python_young
-	youngPy  chan struct{}   // YoungPython's
-	samples  *ringbuf.Reader
-	waits    []*os.File // the rings readProcs waits on, closed to stop it
+	procs    *ring
+	stale    *ring
+	young    *ring // python_young
+	samples  *ring
+	waits    []*os.File // the rings readRing waits on, closed to stop it
 	wg       sync.WaitGroup
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
@@ -221,8 +226,7 @@ func Start(opts Options) (*Sampler, error) {
 	} else {
 		spec.Maps["unwind_procs"].MaxEntries = 1
 	}
-	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{},
-		youngPy: make(chan struct{}, 1)}
+	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
 	if err := s.load(spec); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
@@ -269,13 +273,13 @@ func ringSize(freq, cpus int) uint32 {
 
 func (s *Sampler) start() error {
 	var err error
-	if s.procs, err = ringbuf.NewReader(s.objs.ProcEvents); err != nil {
+	if s.procs, err = openRing(s.objs.ProcEvents); err != nil {
 		return fmt.Errorf("open process events: %w", err)
 	}
-	if s.stale, err = ringbuf.NewReader(s.objs.StaleProcs); err != nil {
+	if s.stale, err = openRing(s.objs.StaleProcs); err != nil {
 		return fmt.Errorf("open stale process events: %w", err)
 	}
-	if s.young, err = ringbuf.NewReader(s.objs.PythonYoung); err != nil {
+	if s.young, err = openRing(s.objs.PythonYoung); err != nil {
 		return fmt.Errorf("open young Python process events: %w", err)
 	}
 	for _, m := range []*ebpf.Map{s.objs.ProcEvents, s.objs.StaleProcs, s.objs.PythonYoung} {
@@ -286,20 +290,26 @@ func (s *Sampler) start() error {
 		s.waits = append(s.waits, f)
 	}
 	s.wg.Add(3)
-	go s.readProcs(s.procs, s.waits[0], s.opts.OnNewProc)
-	go s.readProcs(s.stale, s.waits[1], func(p NewProc) {
-		if s.opts.OnStale != nil {
+	go s.readRing(s.procs, s.waits[0], func(raw []byte) {
+		if p, ok := decodeNewProc(raw); ok && s.opts.OnNewProc != nil {
+			s.opts.OnNewProc(p)
+		}
+	})
+	go s.readRing(s.stale, s.waits[1], func(raw []byte) {
+		if p, ok := decodeNewProc(raw); ok && s.opts.OnStale != nil {
 			s.opts.OnStale(p.PID, p.Generation)
 		}
 	})
-	go s.readProcs(s.young, s.waits[2], func(NewProc) {
-		select {
-		case s.youngPy <- struct{}{}:
-		default: // one is pending
+	var frames []uint64 // the young records' scratch
+	go s.readRing(s.young, s.waits[2], func(raw []byte) {
+		var ok bool
+		var pid, gen uint32
+		if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
+			s.opts.OnYoungPython(pid, gen, frames)
 		}
 	})
 	if s.opts.Transfer == RingBuffer {
-		if s.samples, err = ringbuf.NewReader(s.objs.Samples); err != nil {
+		if s.samples, err = openRing(s.objs.Samples); err != nil {
 			return fmt.Errorf("open sample ring buffer: %w", err)
 		}
 	}
@@ -326,13 +336,6 @@ func (s *Sampler) start() error {
 	}
 	return s.Resume()
 }
-
-// YoungPython receives after samples that read the Python frames of a
-// CPython process started less than a second before (SetPython): drain
-// them soon and read their code objects (collect.Collector.ReadPython),
-// which a short-lived process takes with it when it exits, before the
-// next periodic drain. One receive stands for all the samples before it.
-func (s *Sampler) YoungPython() <-chan struct{} { return s.youngPy }
 
 // Resume starts sampling after Start with Options.Paused, or Stop.
 func (s *Sampler) Resume() error {
@@ -370,35 +373,25 @@ func (s *Sampler) attach(cpu int) error {
 	return nil
 }
 
-// readProcs calls notify with each process event r delivers until wait,
-// r's ring in Go's network poller, closes. It waits there, not in the
-// reader's epoll_wait: a goroutine blocked in a system call keeps its P
-// until the runtime's sysmon thread takes it back, and each time sysmon
-// did, it went back to waking every 20 us. Under process churn that was
-// 16% of the agent's CPU (docs/BENCHMARKS.md).
-func (s *Sampler) readProcs(r *ringbuf.Reader, wait *os.File, notify func(NewProc)) {
+// readRing calls handle with each record r delivers until wait, r's ring
+// in Go's network poller, closes. It waits there, not in a system call of
+// its own: a goroutine blocked in a system call keeps its P until the
+// runtime's sysmon thread takes it back, and each time sysmon did, it went
+// back to waking every 20 us. Under process churn that was 16% of the
+// agent's CPU (docs/BENCHMARKS.md).
+func (s *Sampler) readRing(r *ring, wait *os.File, handle func([]byte)) {
 	defer s.wg.Done()
 	conn, err := wait.SyscallConn()
 	if err != nil {
 		return
 	}
-	r.SetDeadline(time.Unix(0, 1)) // past: reads return what the ring holds
-	var rec ringbuf.Record
+	ready := func(uintptr) bool { return r.ready() }
 	for {
-		err := r.ReadInto(&rec)
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// Read all: the kernel wakes the poller at the next event.
-			ready := func(uintptr) bool { return r.AvailableBytes() > 0 }
-			if conn.Read(ready) != nil {
-				return // closed
-			}
-		case errors.Is(err, ringbuf.ErrClosed):
-			return
-		case err == nil:
-			if p, ok := decodeNewProc(rec.RawSample); ok && notify != nil {
-				notify(p)
-			}
+		if r.read(handle) != nil {
+			return // not the kernel's layout: nothing more can be read
+		}
+		if conn.Read(ready) != nil {
+			return // closed
 		}
 	}
 }
@@ -416,7 +409,7 @@ func pollable(m *ebpf.Map) (*os.File, error) {
 	}
 	f := os.NewFile(uintptr(fd), m.String())
 	// Only a file in the poller takes deadlines: one it could not add
-	// would end readProcs at its first wait.
+	// would end readRing at its first wait.
 	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		f.Close()
 		return nil, err
@@ -463,6 +456,25 @@ func decodeNewProc(raw []byte) (NewProc, bool) {
 	return p, true
 }
 
+// decodePythonStack decodes a python_young record, appending its frames
+// to frames.
+func decodePythonStack(raw []byte, frames []uint64) (pid, generation uint32, _ []uint64, ok bool) {
+	var ev profilePythonStack
+	head := int(unsafe.Offsetof(ev.Frames))
+	if len(raw) < head {
+		return 0, 0, frames, false
+	}
+	n := int(binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.N):]))
+	if n > len(ev.Frames) || len(raw) < head+8*n {
+		return 0, 0, frames, false
+	}
+	for i := range n {
+		frames = append(frames, binary.NativeEndian.Uint64(raw[head+8*i:]))
+	}
+	return binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
+		binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]), frames, true
+}
+
 // Stop stops sampling; samples taken so far stay available to Drain.
 // Safe to call twice.
 func (s *Sampler) Stop() {
@@ -484,16 +496,16 @@ func (s *Sampler) Close() error {
 		unix.Close(fd)
 	}
 	s.events = nil
-	// readProcs reads the rings' positions without their readers' lock:
-	// it ends before they close.
+	// readRing reads the rings' shared pages: it ends before they are
+	// unmapped.
 	for _, f := range s.waits {
 		f.Close()
 	}
 	s.wg.Wait()
 	s.waits = nil
-	for _, r := range []*ringbuf.Reader{s.procs, s.stale, s.young, s.samples} {
+	for _, r := range []*ring{s.procs, s.stale, s.young, s.samples} {
 		if r != nil {
-			r.Close()
+			r.close()
 		}
 	}
 	s.procs, s.stale, s.young, s.samples = nil, nil, nil, nil
@@ -507,7 +519,7 @@ func (s *Sampler) Backlog() float64 {
 	if s.samples == nil {
 		return 0
 	}
-	return float64(s.samples.AvailableBytes()) / float64(s.samples.BufferSize())
+	return s.samples.backlog()
 }
 
 // Stats reads the BPF program's counters.

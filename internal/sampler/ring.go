@@ -1,0 +1,105 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ring reads a BPF ring buffer map (BPF_MAP_TYPE_RINGBUF) in its shared
+// pages, as the kernel lays them out (kernel/bpf/ringbuf.c): the
+// consumer's position in a page of its own, which flint writes; the
+// producer's in the next; then the data, mapped twice in a row, so that a
+// record that wraps around the end reads straight on. Reading takes no
+// system call: a reader that asked the kernel first whether there was
+// anything to read (cilium/ebpf's, two epoll_wait calls each time a ring
+// woke it) spent 8% of the agent's CPU under process churn on that
+// (docs/BENCHMARKS.md).
+type ring struct {
+	cons, prod       []byte  // the mappings
+	consPos, prodPos *uint64 // shared with the kernel: atomic access only
+	data             []byte
+	mask             uint64
+}
+
+// A record's header: its length, and whether the producer has yet to
+// commit it (busy) or dropped it (discard).
+const (
+	ringHeader  = 8
+	ringBusy    = 1 << 31
+	ringDiscard = 1 << 30
+)
+
+func openRing(m *ebpf.Map) (*ring, error) {
+	page := os.Getpagesize()
+	size := int(m.MaxEntries())
+	if size <= 0 || size&(size-1) != 0 {
+		return nil, fmt.Errorf("ring buffer %v: size %d is not a power of two", m, size)
+	}
+	cons, err := unix.Mmap(m.FD(), 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map ring buffer %v's consumer page: %w", m, err)
+	}
+	prod, err := unix.Mmap(m.FD(), int64(page), page+2*size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		unix.Munmap(cons)
+		return nil, fmt.Errorf("map ring buffer %v's data: %w", m, err)
+	}
+	return &ring{
+		cons: cons, prod: prod,
+		consPos: (*uint64)(unsafe.Pointer(&cons[0])), prodPos: (*uint64)(unsafe.Pointer(&prod[0])),
+		data: prod[page:], mask: uint64(size - 1),
+	}, nil
+}
+
+// read calls handle with each record committed, in order, until the ring
+// is empty or its next record not yet committed. The record is the ring's
+// memory, valid until handle returns.
+//
+// The kernel wakes pollers of the ring when it commits a record at the
+// consumer's position: a reader that stops at an uncommitted record is
+// woken when it is committed.
+func (r *ring) read(handle func([]byte)) error {
+	cons := atomic.LoadUint64(r.consPos)
+	for cons != atomic.LoadUint64(r.prodPos) {
+		at := cons & r.mask
+		head := atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[at])))
+		if head&ringBusy != 0 {
+			return nil
+		}
+		n := uint64(head &^ (ringBusy | ringDiscard))
+		if at+ringHeader+n > uint64(len(r.data)) {
+			return fmt.Errorf("ring buffer record of %d bytes at %d: past the ring's end", n, at)
+		}
+		if head&ringDiscard == 0 {
+			handle(r.data[at+ringHeader : at+ringHeader+n])
+		}
+		cons += (ringHeader + n + 7) &^ 7
+		atomic.StoreUint64(r.consPos, cons)
+	}
+	return nil
+}
+
+// ready reports whether the next record is committed: read has work.
+func (r *ring) ready() bool {
+	cons := atomic.LoadUint64(r.consPos)
+	if cons == atomic.LoadUint64(r.prodPos) {
+		return false
+	}
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[cons&r.mask])))&ringBusy == 0
+}
+
+// backlog is how full the ring is, from 0 to 1.
+func (r *ring) backlog() float64 {
+	cons := atomic.LoadUint64(r.consPos)
+	return float64(atomic.LoadUint64(r.prodPos)-cons) / float64(r.mask+1)
+}
+
+func (r *ring) close() error {
+	return errors.Join(unix.Munmap(r.prod), unix.Munmap(r.cons))
+}
