@@ -20,6 +20,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -204,13 +205,13 @@ func Drop(keep Set) (Set, error) {
 		return 0, fmt.Errorf("clear the ambient capabilities: %w", err)
 	}
 	kept := keep & have.permitted
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	for i := range data {
-		data[i].Effective = uint32(kept >> (32 * i))
-		data[i].Permitted = uint32(kept >> (32 * i))
+	capsetMu.Lock()
+	defer capsetMu.Unlock()
+	capset.hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	for i := range capset.data {
+		capset.data[i] = unix.CapUserData{Effective: uint32(kept >> (32 * i)), Permitted: uint32(kept >> (32 * i))}
 	}
-	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0, 0); err != nil {
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&capset.hdr)), uintptr(unsafe.Pointer(&capset.data[0])), 0, 0); err != nil {
 		return 0, fmt.Errorf("set capabilities to %s: %w", kept, err)
 	}
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0); err != nil {
@@ -218,6 +219,20 @@ func Drop(keep Set) (Set, error) {
 	}
 	return kept, nil
 }
+
+// capset holds capset's arguments where they stay put: allThreads takes
+// addresses as integers, which do not keep what they point to in place,
+// and a goroutine's stack moves when it grows (AllThreadsSyscall6 is Go
+// code that may grow it). With the arguments on the stack, `flint record`
+// failed once in CI with capset's EINVAL, which it gives for a header
+// version it does not know: most likely the stack's old copy, reused.
+var (
+	capsetMu sync.Mutex
+	capset   struct {
+		hdr  unix.CapUserHeader
+		data [2]unix.CapUserData
+	}
+)
 
 // allThreads runs a syscall on every thread; the runtime panics if threads
 // disagree, which they cannot: they all start with the same credentials and
