@@ -153,7 +153,6 @@ type Sampler struct {
 	stale    *ring
 	young    *ring // python_young
 	samples  *ring
-	waits    []*os.File // the rings readRing waits on, closed to stop it
 	wg       sync.WaitGroup
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
@@ -282,26 +281,19 @@ func (s *Sampler) start() error {
 	if s.young, err = openRing(s.objs.PythonYoung); err != nil {
 		return fmt.Errorf("open young Python process events: %w", err)
 	}
-	for _, m := range []*ebpf.Map{s.objs.ProcEvents, s.objs.StaleProcs, s.objs.PythonYoung} {
-		f, err := pollable(m)
-		if err != nil {
-			return fmt.Errorf("poll process events: %w", err)
-		}
-		s.waits = append(s.waits, f)
-	}
 	s.wg.Add(3)
-	go s.readRing(s.procs, s.waits[0], func(raw []byte) {
+	go s.readRing(s.procs, func(raw []byte) {
 		if p, ok := decodeNewProc(raw); ok && s.opts.OnNewProc != nil {
 			s.opts.OnNewProc(p)
 		}
 	})
-	go s.readRing(s.stale, s.waits[1], func(raw []byte) {
+	go s.readRing(s.stale, func(raw []byte) {
 		if p, ok := decodeNewProc(raw); ok && s.opts.OnStale != nil {
 			s.opts.OnStale(p.PID, p.Generation)
 		}
 	})
 	var frames []uint64 // the young records' scratch
-	go s.readRing(s.young, s.waits[2], func(raw []byte) {
+	go s.readRing(s.young, func(raw []byte) {
 		var ok bool
 		var pid, gen uint32
 		if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
@@ -373,15 +365,14 @@ func (s *Sampler) attach(cpu int) error {
 	return nil
 }
 
-// readRing calls handle with each record r delivers until wait, r's ring
-// in Go's network poller, closes. It waits there, not in a system call of
-// its own: a goroutine blocked in a system call keeps its P until the
+// readRing calls handle with each record r delivers until r.wait closes.
+// It waits in Go's network poller, not in a system call of its own: a goroutine blocked in a system call keeps its P until the
 // runtime's sysmon thread takes it back, and each time sysmon did, it went
 // back to waking every 20 us. Under process churn that was 16% of the
 // agent's CPU (docs/BENCHMARKS.md).
-func (s *Sampler) readRing(r *ring, wait *os.File, handle func([]byte)) {
+func (s *Sampler) readRing(r *ring, handle func([]byte)) {
 	defer s.wg.Done()
-	conn, err := wait.SyscallConn()
+	conn, err := r.wait.SyscallConn()
 	if err != nil {
 		return
 	}
@@ -394,27 +385,6 @@ func (s *Sampler) readRing(r *ring, wait *os.File, handle func([]byte)) {
 			return // closed
 		}
 	}
-}
-
-// pollable returns a file of ring buffer map m that Go's network poller
-// waits on: a non-blocking duplicate of its descriptor.
-func pollable(m *ebpf.Map) (*os.File, error) {
-	fd, err := unix.FcntlInt(uintptr(m.FD()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), m.String())
-	// Only a file in the poller takes deadlines: one it could not add
-	// would end readRing at its first wait.
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // NewProc is a process the BPF program announced: its PID, the generation
@@ -496,14 +466,16 @@ func (s *Sampler) Close() error {
 		unix.Close(fd)
 	}
 	s.events = nil
-	// readRing reads the rings' shared pages: it ends before they are
-	// unmapped.
-	for _, f := range s.waits {
-		f.Close()
+	// readRing reads the rings' shared pages: it ends, its wait closed,
+	// before they are unmapped.
+	rings := []*ring{s.procs, s.stale, s.young, s.samples}
+	for _, r := range rings {
+		if r != nil {
+			r.wait.Close()
+		}
 	}
 	s.wg.Wait()
-	s.waits = nil
-	for _, r := range []*ring{s.procs, s.stale, s.young, s.samples} {
+	for _, r := range rings {
 		if r != nil {
 			r.close()
 		}
