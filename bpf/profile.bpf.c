@@ -748,7 +748,6 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 		return;
 	python->pid = tgid;
 	python->generation = gen;
-	python->pad = 0;
 	bpf_ringbuf_output(&python_young, python,
 			   offsetof(struct python_stack, frames) + n * sizeof(__u64), 0);
 }
