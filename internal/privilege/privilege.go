@@ -236,7 +236,9 @@ var (
 
 // allThreads runs a syscall on every thread; the runtime panics if threads
 // disagree, which they cannot: they all start with the same credentials and
-// only Drop changes them.
+// only Drop changes them. Its arguments are integers: one that is an
+// address must name memory that does not move, a package variable
+// (capset), never a local.
 func allThreads(trap, a1, a2, a3, a4 uintptr) error {
 	_, _, errno := syscall.AllThreadsSyscall6(trap, a1, a2, a3, a4, 0, 0)
 	switch errno {
