@@ -69,15 +69,14 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-// A thread's Python frames, leaf first, and how many the last walk read.
 // A sample's Python frames (tagged words, enum python_frame_bits),
 // innermost first; also a record of python_young, its size cut after n
 // frames.
 struct python_stack {
 	__u32 pid;
 	__u32 generation;
+	__u32 record; // PY_RECORD_STACK
 	__u32 n;
-	__u32 pad;
 	__u64 frames[PY_MAX_FRAMES];
 };
 
@@ -133,16 +132,46 @@ struct {
 } stale_procs SEC(".maps");
 
 // The Python frames of samples of CPython processes younger than
-// PY_YOUNG_NS, as struct python_stack: user space reads their code objects
-// at once, which a process gone before the next periodic drain (a second)
-// takes with it. A record wakes the reader only when it has read the ones
-// before; when the ring is full, the periodic drain reads them.
+// PY_YOUNG_NS, as struct python_stack, each after copies of the code
+// objects they ran that the process has not sent before (struct
+// python_code): user space names them at once, which a process gone before
+// the next periodic drain (a second) takes with it. A record wakes the
+// reader only when it has read the ones before; when the ring is full,
+// user space reads the code objects from the process, or the periodic
+// drain names what it can. 256 KiB: a python3 run's first samples copy
+// some 25 code objects, about 1.5 KiB each.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 256 * 1024);
 } python_young SEC(".maps");
 
 #define PY_YOUNG_NS 1000000000ULL
+
+// Code objects copied at most in one sample; the rest wait for the next
+// sample, or user space reads them.
+#define PY_MAX_CODES 16
+
+// The code objects each young process sent: (tgid, generation, address).
+struct python_code_key {
+	__u32 pid;
+	__u32 generation;
+	__u64 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096); // a second of young processes' code objects, and more
+	__type(key, struct python_code_key);
+	__type(value, __u8);
+} python_codes_sent SEC(".maps");
+
+// Where a code object's copy is put together: 5.5 KiB, over the BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct python_code);
+} python_code_scratch SEC(".maps");
 
 // CPython processes: tgid -> where their interpreter state is. Allocated
 // as used; user space lists every CPython process it learns.
@@ -180,6 +209,8 @@ const enum cfa_kind *unused_cfa_kind __attribute__((unused));
 const struct python_proc *unused_python_proc __attribute__((unused));
 const enum python_frame_bits *unused_python_frame_bits __attribute__((unused));
 const enum python_layout *unused_python_layout __attribute__((unused));
+const enum python_record *unused_python_record __attribute__((unused));
+const struct python_code *unused_python_code __attribute__((unused));
 
 // user_mode reports a tick that interrupted user code: it has no kernel
 // stack, and asking for one still costs the helper's setup (x86: the
@@ -737,8 +768,132 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 		count(STAT_RINGBUF_FULL);
 }
 
+// copy_object completes the copy in buf (max bytes) of the object at addr,
+// whose first PY_OBJECT_HEAD bytes it holds and whose size they say (0:
+// unknown): the whole object when it fits, else those bytes only. Returns
+// the bytes copied.
+static __always_inline __u32 copy_object(__u8 *buf, __u32 max, __u64 addr,
+					 struct python_object *obj, __u64 size)
+{
+	obj->len = PY_OBJECT_HEAD;
+	if (size == 0 || size > max)
+		return obj->len;
+	if (size > PY_OBJECT_HEAD) {
+		if (bpf_probe_read_user(buf, size, (const void *)addr))
+			return obj->len;
+		obj->len = size;
+	}
+	obj->whole = 1;
+	return obj->len;
+}
+
+// str_size returns the bytes a compact str object takes, header included,
+// from its first PY_OBJECT_HEAD bytes (python.Process.str's layout); 0 if
+// it is not one.
+static __always_inline __u64 str_size(const __u8 *head, struct python_offsets *o)
+{
+	__u64 n = *(const __u64 *)(head + 16);
+	__u32 state = *(const __u32 *)(head + 32);
+	__u32 kind = state >> 2 & 7, compact = state >> 5 & 1, ascii = state >> 6 & 1;
+	if (!compact || n > PY_STR_MAX)
+		return 0;
+	return (ascii ? o->ascii_size : o->compact_size) + n * kind;
+}
+
+// copy_str copies the str object at addr: its head first, then all of it.
+static __always_inline void copy_str(__u8 *buf, __u64 addr, struct python_object *obj,
+				     struct python_offsets *o)
+{
+	obj->addr = addr;
+	obj->len = 0;
+	obj->whole = 0;
+	if (bpf_probe_read_user(buf, PY_OBJECT_HEAD, (const void *)addr))
+		return;
+	copy_object(buf, PY_STR_MAX, addr, obj, str_size(buf, o));
+}
+
+// copy_bytes copies the bytes object at addr (ob_size at 16, the data at 32).
+static __always_inline __u32 copy_bytes(__u8 *buf, __u64 addr, struct python_object *obj)
+{
+	obj->addr = addr;
+	obj->len = 0;
+	obj->whole = 0;
+	if (bpf_probe_read_user(buf, PY_OBJECT_HEAD, (const void *)addr))
+		return 0;
+	__u64 n = *(const __u64 *)(buf + 16);
+	return copy_object(buf, PY_TABLE_MAX, addr, obj, n < PY_TABLE_MAX ? 32 + n : 0);
+}
+
+struct python_copy {
+	struct python_stack *python;
+	struct python_proc *proc;
+	struct python_code *code;
+	__u32 copied;
+};
+
+// header_ptr reads the pointer field at off of a copied code header.
+static __always_inline __u64 header_ptr(struct python_code *c, __u16 off)
+{
+	return *(__u64 *)(c->header + (off & (PY_CODE_HEADER - 8) & ~7));
+}
+
+static long python_copy_step(__u64 i, void *arg)
+{
+	struct python_copy *a = arg;
+	struct python_code *c = a->code;
+	struct python_proc *p = a->proc;
+	if (i >= PY_MAX_FRAMES || a->copied >= PY_MAX_CODES)
+		return 1;
+	__u64 addr = (a->python->frames[i] & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1))
+		     << PY_FRAME_CODE_ALIGN;
+	if (addr >= p->image_start && addr < p->image_end)
+		return 0; // static: named once for every process
+	struct python_code_key key = {.pid = a->python->pid, .generation = a->python->generation,
+				      .addr = addr};
+	if (bpf_map_lookup_elem(&python_codes_sent, &key))
+		return 0;
+	if (bpf_probe_read_user(c->header, sizeof(c->header), (const void *)addr))
+		return 0;
+	c->addr = addr;
+	copy_str(c->name, header_ptr(c, p->o.code_name), &c->objects[PY_OBJECT_NAME], &p->o);
+	copy_str(c->file, header_ptr(c, p->o.code_filename), &c->objects[PY_OBJECT_FILE], &p->o);
+	__u32 table = copy_bytes(c->table, header_ptr(c, p->o.code_linetable),
+				 &c->objects[PY_OBJECT_TABLE]);
+	if (table > PY_TABLE_MAX)
+		return 1;
+	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table, 0))
+		return 1; // full: user space reads the rest
+	__u8 sent = 1;
+	bpf_map_update_elem(&python_codes_sent, &key, &sent, BPF_ANY);
+	a->copied++;
+	count(STAT_PYTHON_CODES);
+	return 0;
+}
+
+// python_copy_codes copies the code objects of a young process's sample
+// that it has not sent before, up to PY_MAX_CODES. A global function: the
+// verifier checks it once.
+__noinline int python_copy_codes(struct python_stack *python)
+{
+	__u32 zero = 0;
+	if (!python)
+		return 0;
+	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &python->pid);
+	struct python_code *c = bpf_map_lookup_elem(&python_code_scratch, &zero);
+	if (!p || !c)
+		return 0;
+	c->pid = python->pid;
+	c->generation = python->generation;
+	c->record = PY_RECORD_CODE;
+	struct python_copy a = {.python = python, .proc = p, .code = c};
+	__u32 n = python->n;
+	bpf_loop(n < PY_MAX_FRAMES ? n : PY_MAX_FRAMES, python_copy_step, &a, 0);
+	return a.copied;
+}
+
 // tell_young_python hands user space the Python frames of the sample just
-// taken when they are of a process younger than PY_YOUNG_NS.
+// taken when they are of a process younger than PY_YOUNG_NS, after copies
+// of the code objects they ran that it has not had.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
@@ -748,6 +903,8 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 		return;
 	python->pid = tgid;
 	python->generation = gen;
+	python->record = PY_RECORD_STACK;
+	python_copy_codes(python);
 	bpf_ringbuf_output(&python_young, python,
 			   offsetof(struct python_stack, frames) + n * sizeof(__u64), 0);
 }

@@ -22,6 +22,7 @@ enum sampler_stat {
 	STAT_UNWIND_STALE,     // processes found running code outside their mappings
 	STAT_PYTHON_STACKS,    // samples of CPython threads with Python frames read
 	STAT_PYTHON_NO_THREAD, // samples of CPython processes whose thread state was not found
+	STAT_PYTHON_CODES,     // code objects of young CPython processes copied for user space
 	STAT_OFF_CPU_SPANS,    // off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
 	STAT_OFF_CPU_FULL,     // off_cpu map full: span lost
 	STAT_MAX,
@@ -145,15 +146,66 @@ struct python_offsets {
 	__u16 frame_instr;   // f_lasti (PY_FRAME_OBJECT), else the instruction pointer
 	__u16 frame_owner;   // is_entry or owner
 	__u16 code_bytecode; // co_code_adaptive: the first code unit
-	__u8 layout;	     // enum python_layout
-	__u8 cframe;	     // tstate_frame points to a _PyCFrame (3.11, 3.12)
+	__u16 code_name;     // co_qualname, or co_name before 3.11
+	__u16 code_filename;
+	__u16 code_linetable; // co_linetable, co_lnotab (3.9)
+	__u16 ascii_size;     // sizeof(PyASCIIObject): a compact ASCII string's data
+	__u16 compact_size;   // sizeof(PyCompactUnicodeObject): other compact strings'
+	__u8 layout;	      // enum python_layout
+	__u8 cframe;	      // tstate_frame points to a _PyCFrame (3.11, 3.12)
 };
 
 struct python_proc {
 	__u32 generation; // of the image; 0: any
 	__u32 pad;
 	__u64 runtime; // address of _PyRuntime in the process
+	// The interpreter file's image: code objects there are static, the
+	// same in every process, and user space names them once for all.
+	__u64 image_start, image_end;
 	struct python_offsets o;
+};
+
+// Records of python_young: the first field after pid and generation tells
+// which.
+enum python_record {
+	PY_RECORD_STACK, // struct python_stack: a sample's Python frames
+	PY_RECORD_CODE,	 // struct python_code: a code object copied
+};
+
+// A code object's header, and the objects it names that flint reads, as
+// the sampler copied them from the young process it sampled (where reading
+// is a copy, not a remote read of another process's pages). An object is
+// whole when its data is all there, or else its first bytes only, and user
+// space reads the rest from the process.
+#define PY_CODE_HEADER 256 // python.codeHeader
+#define PY_STR_MAX 512	   // a name's or file's str object, header included
+#define PY_TABLE_MAX 4096  // a line table's bytes object, header included
+#define PY_OBJECT_HEAD 48  // what every object's size is read from
+
+enum python_object_index {
+	PY_OBJECT_NAME,
+	PY_OBJECT_FILE,
+	PY_OBJECT_TABLE,
+	PY_OBJECTS,
+};
+
+struct python_object {
+	__u64 addr;
+	__u32 len;   // bytes copied
+	__u32 whole; // the whole object: nothing left to read
+};
+
+struct python_code {
+	__u32 pid;
+	__u32 generation;
+	__u32 record; // PY_RECORD_CODE
+	__u32 pad;
+	__u64 addr; // the code object's
+	struct python_object objects[PY_OBJECTS];
+	__u8 header[PY_CODE_HEADER];
+	__u8 name[PY_STR_MAX];
+	__u8 file[PY_STR_MAX];
+	__u8 table[PY_TABLE_MAX]; // last: a record ends after the table's len bytes
 };
 
 #endif

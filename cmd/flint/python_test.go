@@ -317,6 +317,10 @@ func TestAgentShortPython(t *testing.T) {
 	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/3 {
 		t.Errorf("%d of %d samples in unreadable code, want at most a third of at least 100, and json's module named", unread, total)
 	}
+	// Their code objects were copied by the sampler, not read from them.
+	if n := a.metric(t, "flint_python_codes_copied_total"); n < 10 {
+		t.Errorf("%v code objects copied by the sampler, want 10 or more", n)
+	}
 	stopAgent(t, a)
 }
 

@@ -244,6 +244,7 @@ func Run(ctx context.Context, o Options) error {
 		UnwindRows:    collect.UnwindRows(o.UnwindMemory),
 		OnStale:       a.coll.Refresh,
 		OnYoungPython: a.coll.RememberPython,
+		OnPythonCopy:  a.coll.RememberCopy,
 		OffCPU:        offCPUOptions(o.OffCPU),
 	})
 	if err != nil {

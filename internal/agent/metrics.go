@@ -72,6 +72,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)
 		gauge("flint_unwind_stale_total", "Times a process ran code outside the mappings its unwind tables list (a library loaded since).", "counter", st.UnwindStale)
 		gauge("flint_python_stacks_total", "Samples of CPython threads whose Python frames were read.", "counter", st.PythonStacks)
+		gauge("flint_python_codes_copied_total", "Code objects of young CPython processes that the sampler copied as it sampled them, so that flint need not read them from the process.", "counter", st.PythonCodes)
 		gauge("flint_off_cpu_spans_total", "Spans off the CPU recorded (with --off-cpu always, else for /debug/pprof/block).", "counter", st.OffCPUSpans)
 		gauge("flint_off_cpu_lost_total", "Spans off the CPU lost to a full map.", "counter", st.OffCPUFull)
 		gauge("flint_python_no_thread_total", "Samples of CPython processes whose thread state was not found (threads that never ran Python).", "counter", st.PythonNoThread)

@@ -134,6 +134,14 @@ func (c *Collector) RememberPython(pid, generation uint32, frames []uint64) {
 	}
 }
 
+// RememberCopy reads the code object c, which the sampler copied from
+// process image (pid, generation) as it ran (its OnPythonCopy callback).
+func (c *Collector) RememberCopy(pid, generation uint32, copied *python.Copy) {
+	if pp := c.python(procKey{pid, generation}); pp != nil {
+		pp.RememberCopy(copied)
+	}
+}
+
 // ReadsPython reports whether the Collector reads the Python frames of any
 // process: their code objects must be read while the process lives
 // (ReadPython), so samples should be drained often.

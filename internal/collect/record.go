@@ -101,6 +101,7 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 		UnwindRows:    UnwindRows(o.UnwindMemory),
 		OnStale:       c.Refresh,
 		OnYoungPython: c.RememberPython,
+		OnPythonCopy:  c.RememberCopy,
 		Paused:        true,
 		OffCPU:        offCPU,
 		NoCPU:         o.Kind == profile.OffCPU,

@@ -134,9 +134,75 @@ func (p *Process) Remember(word uint64) {
 	p.code(addr)
 }
 
+// A Copy is a code object and objects it names, copied from its process's
+// memory by the sampler in the process's own context: there reading is a
+// copy, where reading another process's memory pins every page read.
+type Copy struct {
+	Code    uint64   // the code object's address
+	Objects []Object // its header, then its name, file and line table as copied
+}
+
+// An Object is bytes of a process's memory at Addr: a whole object, or
+// the first bytes of one (its header).
+type Object struct {
+	Addr  uint64
+	Data  []byte
+	Whole bool
+}
+
+// RememberCopy reads the code object c copied, as Remember does, reading
+// from the process only what c lacks.
+func (p *Process) RememberCopy(c *Copy) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var mem io.ReaderAt
+	if p.mem != nil {
+		mem = p.mem
+	}
+	p.lookup(c.Code, copied{c.Objects, mem})
+}
+
+// copied is a process's memory read from copies of its objects where they
+// hold what is read, and from the process (mem, nil once closed)
+// otherwise.
+type copied struct {
+	objects []Object
+	mem     io.ReaderAt
+}
+
+func (c copied) ReadAt(b []byte, off int64) (int, error) {
+	addr := uint64(off)
+	for _, o := range c.objects {
+		if addr < o.Addr || addr-o.Addr >= uint64(len(o.Data)) {
+			continue
+		}
+		n := copy(b, o.Data[addr-o.Addr:])
+		if n == len(b) {
+			return n, nil
+		}
+		if o.Whole {
+			return n, io.EOF // as at the end of readable memory: readObject's reads
+		}
+	}
+	if c.mem == nil {
+		return 0, os.ErrClosed
+	}
+	return c.mem.ReadAt(b, off)
+}
+
 func (p *Process) code(addr uint64) *code {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var mem io.ReaderAt
+	if p.mem != nil {
+		mem = p.mem
+	}
+	return p.lookup(addr, mem)
+}
+
+// lookup returns the code object at addr, read from mem the first time.
+// Callers hold mu.
+func (p *Process) lookup(addr uint64, mem io.ReaderAt) *code {
 	// A code object in the interpreter's image is read once for all the
 	// processes of the interpreter, and kept there only: most of a short
 	// run's are (imports), and each process's map grew with them.
@@ -149,7 +215,7 @@ func (p *Process) code(addr uint64) *code {
 	if c := p.codes[addr]; c != nil {
 		return c
 	}
-	c, err := p.readCode(addr)
+	c, err := p.readCode(mem, addr)
 	switch {
 	case err != nil:
 		c = unreadable
@@ -166,14 +232,15 @@ func (p *Process) code(addr uint64) *code {
 
 var errNotCode = errors.New("not a code object")
 
-// readCode reads the code object at addr. Callers hold mu.
-func (p *Process) readCode(addr uint64) (*code, error) {
-	if p.mem == nil {
+// readCode reads the code object at addr from mem (nil: closed). Callers
+// hold mu.
+func (p *Process) readCode(mem io.ReaderAt, addr uint64) (*code, error) {
+	if mem == nil {
 		return nil, os.ErrClosed
 	}
 	o := &p.interp.Offsets
 	h := p.scratch[:codeHeader]
-	if err := p.read(h, addr); err != nil {
+	if err := read(mem, h, addr); err != nil {
 		return nil, err
 	}
 	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
@@ -187,15 +254,15 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 	// Every field before the reads that reuse the scratch space.
 	nameAt, fileAt, tableAt := ptr(name), ptr(o.CodeFilename), ptr(o.CodeLineTable)
 	firstLine := int(int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:])))
-	function, err := p.str(nameAt, maxName)
+	function, err := p.str(mem, nameAt, maxName)
 	if err != nil {
 		return nil, fmt.Errorf("code name: %w", err)
 	}
-	file, err := p.str(fileAt, maxFilename)
+	file, err := p.str(mem, fileAt, maxFilename)
 	if err != nil {
 		return nil, fmt.Errorf("code file: %w", err)
 	}
-	table, err := p.bytes(tableAt, maxLineTable)
+	table, err := p.bytes(mem, tableAt, maxLineTable)
 	if err != nil {
 		return nil, fmt.Errorf("code line table: %w", err)
 	}
@@ -205,17 +272,17 @@ func (p *Process) readCode(addr uint64) (*code, error) {
 	return &code{function: function, file: file, firstLine: firstLine, lineTable: table}, nil
 }
 
-func (p *Process) read(b []byte, addr uint64) error {
-	_, err := p.readAt(b, addr)
+func read(mem io.ReaderAt, b []byte, addr uint64) error {
+	_, err := readAt(mem, b, addr)
 	return err
 }
 
 // readAt reads b at addr, refusing addresses no object can be at.
-func (p *Process) readAt(b []byte, addr uint64) (int, error) {
+func readAt(mem io.ReaderAt, b []byte, addr uint64) (int, error) {
 	if addr == 0 || addr > 1<<63 {
 		return 0, fmt.Errorf("address %#x", addr)
 	}
-	return p.mem.ReadAt(b, int64(addr))
+	return mem.ReadAt(b, int64(addr))
 }
 
 // readObject reads the object at addr into the scratch space, its header
@@ -224,8 +291,8 @@ func (p *Process) readAt(b []byte, addr uint64) (int, error) {
 // object names fit, which spares a second read of each (every read is a
 // system call). It returns what it read, need bytes or more. Callers hold
 // mu.
-func (p *Process) readObject(addr uint64, need int) ([]byte, error) {
-	n, err := p.readAt(p.scratch[:], addr)
+func (p *Process) readObject(mem io.ReaderAt, addr uint64, need int) ([]byte, error) {
+	n, err := readAt(mem, p.scratch[:], addr)
 	if n < need {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
@@ -244,9 +311,9 @@ const (
 
 // str reads the str object at addr: a compact one, as code objects hold.
 // Callers hold mu.
-func (p *Process) str(addr uint64, max int) (string, error) {
+func (p *Process) str(mem io.ReaderAt, addr uint64, max int) (string, error) {
 	o := &p.interp.Offsets
-	h, err := p.readObject(addr, 40)
+	h, err := p.readObject(mem, addr, 40)
 	if err != nil {
 		return "", err
 	}
@@ -265,7 +332,7 @@ func (p *Process) str(addr uint64, max int) (string, error) {
 		b = b[:size]
 	} else {
 		b = make([]byte, size)
-		if err := p.read(b, addr+data); err != nil {
+		if err := read(mem, b, addr+data); err != nil {
 			return "", err
 		}
 	}
@@ -301,8 +368,8 @@ const (
 )
 
 // bytes reads the bytes object at addr. Callers hold mu.
-func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
-	h, err := p.readObject(addr, bytesData)
+func (p *Process) bytes(mem io.ReaderAt, addr uint64, max int) ([]byte, error) {
+	h, err := p.readObject(mem, addr, bytesData)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +382,7 @@ func (p *Process) bytes(addr uint64, max int) ([]byte, error) {
 		copy(b, h[bytesData:])
 		return b, nil
 	}
-	return b, p.read(b, addr+bytesData)
+	return b, read(mem, b, addr+bytesData)
 }
 
 // Module names the module a file holds as Python tracebacks would show

@@ -99,6 +99,48 @@ func FuzzFrame(f *testing.F) {
 	})
 }
 
+// TestRememberCopy names a code object from the sampler's copy of it: its
+// header and name copied whole, its file's header only, its line table
+// whole. Only the file is read from the process, and the name is the one
+// a read of the process alone gives.
+func TestRememberCopy(t *testing.T) {
+	table := []byte{0x80 | locOneLine1<<3, 0, 0, 0x80 | locOneLine1<<3, 0, 0}
+	img := codeImage("Server.handle", "/srv/app/server.py", table)
+	o := versions[12]
+	object := func(addr, size int, whole bool) Object {
+		return Object{Addr: uint64(addr), Data: img[addr : addr+size], Whole: whole}
+	}
+	c := &Copy{Code: 0x100, Objects: []Object{
+		object(0x100, codeHeader, false),
+		object(0x400, int(o.ASCIISize)+len("Server.handle"), true),
+		object(0x600, 48, false),
+		object(0x800, bytesData+len(table), true),
+	}}
+	mem := &countedMemory{memory: image{bytes.NewReader(img)}}
+	p := &Process{interp: &Interpreter{Minor: 12, Offsets: o}, mem: mem, codes: map[uint64]*code{}}
+	p.RememberCopy(c)
+	if mem.reads != 1 {
+		t.Errorf("%d reads of the process, want 1 (the file)", mem.reads)
+	}
+	want := fakeProcess(t, img).Frame(word(0x100, 1))
+	if got := p.Frame(word(0x100, 1)); got != want || got.Function != "server.Server.handle" {
+		t.Errorf("Frame from the copy = %+v, from the process %+v", got, want)
+	}
+
+	// A closed process: what the copy lacks cannot be read.
+	p = &Process{interp: &Interpreter{Minor: 12, Offsets: o}, codes: map[uint64]*code{}}
+	p.RememberCopy(c)
+	if f := p.Frame(word(0x100, 1)); f.Function != "[python: unreadable code]" {
+		t.Errorf("Frame of a closed process's partial copy = %+v", f)
+	}
+	c.Objects[2] = object(0x600, int(o.ASCIISize)+len("/srv/app/server.py"), true)
+	p = &Process{interp: &Interpreter{Minor: 12, Offsets: o}, codes: map[uint64]*code{}}
+	p.RememberCopy(c)
+	if f := p.Frame(word(0x100, 1)); f != want {
+		t.Errorf("Frame of a closed process's whole copy = %+v, want %+v", f, want)
+	}
+}
+
 // countedMemory counts the reads of a process's memory.
 type countedMemory struct {
 	memory

@@ -91,6 +91,16 @@ func (b *interpFile) interpreter(bias uint64) *Interpreter {
 	return in
 }
 
+// Image returns where the interpreter's file lies in the process: the
+// code objects there are static, read once for all its processes; 0, 0
+// when unknown.
+func (in *Interpreter) Image() (start, end uint64) {
+	if in.file == nil {
+		return 0, 0
+	}
+	return in.file.lo + in.bias, in.file.hi + in.bias
+}
+
 // image returns the link-time address of addr, and whether addr lies in
 // the image of the interpreter's file, where an object is static.
 func (in *Interpreter) image(addr uint64) (uint64, bool) {

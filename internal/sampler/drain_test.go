@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"slices"
 	"testing"
+	"unsafe"
+
+	"github.com/flint-dev/flint/internal/python"
 )
 
 func TestDecodeNewProc(t *testing.T) {
@@ -26,7 +29,7 @@ func TestDecodeNewProc(t *testing.T) {
 func TestDecodePythonStack(t *testing.T) {
 	record := func(n uint32, frames ...uint64) []byte {
 		raw := binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, 4242), 7)
-		raw = binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(raw, n), 0)
+		raw = binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(raw, uint32(profilePythonRecordPY_RECORD_STACK)), n)
 		for _, f := range frames {
 			raw = binary.NativeEndian.AppendUint64(raw, f)
 		}
@@ -43,6 +46,49 @@ func TestDecodePythonStack(t *testing.T) {
 		"no head":  record(0)[:12],
 	} {
 		if _, _, _, ok := decodePythonStack(raw, nil); ok {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// TestDecodePythonCode decodes python_young records of copied code
+// objects: the header and each object copied, none that was not; no
+// record shorter than its objects say or claiming more than they hold.
+func TestDecodePythonCode(t *testing.T) {
+	record := func(table uint32, objects ...uint32) []byte {
+		var ev profilePythonCode
+		ev.Pid, ev.Generation, ev.Record, ev.Addr = 4242, 7, uint32(profilePythonRecordPY_RECORD_CODE), 0x7f00
+		ev.Header[0], ev.Name[0], ev.File[0], ev.Table[0] = 'h', 'n', 'f', 't'
+		for i, n := range append(objects, table) {
+			ev.Objects[i].Addr, ev.Objects[i].Len, ev.Objects[i].Whole = 0x1000*uint64(i+1), n, uint32(i/2) // the table whole
+		}
+		raw, err := binary.Append(nil, binary.NativeEndian, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw[:int(unsafe.Offsetof(ev.Table))+int(table)]
+	}
+	var c python.Copy
+	tableAt := int(unsafe.Offsetof(profilePythonCode{}.Table))
+	pid, gen, ok := decodePythonCode(record(40, 60, 0), &c)
+	want := []python.Object{{Addr: 0x7f00, Data: []byte{'h'}}, {Addr: 0x1000, Data: []byte{'n'}}, {Addr: 0x3000, Data: []byte{'t'}}}
+	if !ok || pid != 4242 || gen != 7 || c.Code != 0x7f00 || len(c.Objects) != len(want) {
+		t.Fatalf("decoded %d %d %v %#x, %d objects", pid, gen, ok, c.Code, len(c.Objects))
+	}
+	for i, o := range c.Objects {
+		if o.Addr != want[i].Addr || o.Data[0] != want[i].Data[0] || o.Whole != (o.Addr == 0x3000) {
+			t.Errorf("object %d: %#x %q whole %v", i, o.Addr, o.Data[:1], o.Whole)
+		}
+	}
+	if n := []int{256, 60, 40}; len(c.Objects[0].Data) != n[0] || len(c.Objects[1].Data) != n[1] || len(c.Objects[2].Data) != n[2] {
+		t.Errorf("object sizes %d %d %d, want %v", len(c.Objects[0].Data), len(c.Objects[1].Data), len(c.Objects[2].Data), n)
+	}
+	for name, raw := range map[string][]byte{
+		"name past its room": record(0, 513, 0),
+		"table cut":          record(40, 60, 60)[:tableAt+20],
+		"no header":          record(0, 0, 0)[:tableAt-1],
+	} {
+		if _, _, ok := decodePythonCode(raw, &c); ok {
 			t.Errorf("%s: decoded", name)
 		}
 	}

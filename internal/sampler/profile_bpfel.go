@@ -46,6 +46,32 @@ type profileOffCpuSpan struct {
 	Key   profileSampleKey
 }
 
+type profilePythonCode struct {
+	_          structs.HostLayout
+	Pid        uint32
+	Generation uint32
+	Record     uint32
+	Pad        uint32
+	Addr       uint64
+	Objects    [3]struct {
+		_     structs.HostLayout
+		Addr  uint64
+		Len   uint32
+		Whole uint32
+	}
+	Header [256]uint8
+	Name   [512]uint8
+	File   [512]uint8
+	Table  [4096]uint8
+}
+
+type profilePythonCodeKey struct {
+	_          structs.HostLayout
+	Pid        uint32
+	Generation uint32
+	Addr       uint64
+}
+
 type profilePythonFrameBits uint32
 
 const (
@@ -69,6 +95,8 @@ type profilePythonProc struct {
 	Generation uint32
 	Pad        uint32
 	Runtime    uint64
+	ImageStart uint64
+	ImageEnd   uint64
 	O          struct {
 		_                structs.HostLayout
 		InterpretersHead uint16
@@ -82,17 +110,30 @@ type profilePythonProc struct {
 		FrameInstr       uint16
 		FrameOwner       uint16
 		CodeBytecode     uint16
+		CodeName         uint16
+		CodeFilename     uint16
+		CodeLinetable    uint16
+		AsciiSize        uint16
+		CompactSize      uint16
 		Layout           uint8
 		Cframe           uint8
 	}
+	_ [6]byte
 }
+
+type profilePythonRecord uint32
+
+const (
+	profilePythonRecordPY_RECORD_STACK profilePythonRecord = 0
+	profilePythonRecordPY_RECORD_CODE  profilePythonRecord = 1
+)
 
 type profilePythonStack struct {
 	_          structs.HostLayout
 	Pid        uint32
 	Generation uint32
+	Record     uint32
 	N          uint32
-	Pad        uint32
 	Frames     [48]uint64
 }
 
@@ -142,9 +183,10 @@ const (
 	profileSamplerStatSTAT_UNWIND_STALE     profileSamplerStat = 10
 	profileSamplerStatSTAT_PYTHON_STACKS    profileSamplerStat = 11
 	profileSamplerStatSTAT_PYTHON_NO_THREAD profileSamplerStat = 12
-	profileSamplerStatSTAT_OFF_CPU_SPANS    profileSamplerStat = 13
-	profileSamplerStatSTAT_OFF_CPU_FULL     profileSamplerStat = 14
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 15
+	profileSamplerStatSTAT_PYTHON_CODES     profileSamplerStat = 13
+	profileSamplerStatSTAT_OFF_CPU_SPANS    profileSamplerStat = 14
+	profileSamplerStatSTAT_OFF_CPU_FULL     profileSamplerStat = 15
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 16
 )
 
 type profileScratch struct {
@@ -199,6 +241,8 @@ const (
 	profileMapOffCpuSpans           = "off_cpu_spans"
 	profileMapOffCpuStacks          = "off_cpu_stacks"
 	profileMapProcEvents            = "proc_events"
+	profileMapPythonCodeScratch     = "python_code_scratch"
+	profileMapPythonCodesSent       = "python_codes_sent"
 	profileMapPythonProcs           = "python_procs"
 	profileMapPythonThreads         = "python_threads"
 	profileMapPythonYoung           = "python_young"
@@ -222,9 +266,11 @@ const (
 	profileVarTargetTgid            = "target_tgid"
 	profileVarUnusedCfaKind         = "unused_cfa_kind"
 	profileVarUnusedNewProc         = "unused_new_proc"
+	profileVarUnusedPythonCode      = "unused_python_code"
 	profileVarUnusedPythonFrameBits = "unused_python_frame_bits"
 	profileVarUnusedPythonLayout    = "unused_python_layout"
 	profileVarUnusedPythonProc      = "unused_python_proc"
+	profileVarUnusedPythonRecord    = "unused_python_record"
 	profileVarUnusedSampleEvent     = "unused_sample_event"
 	profileVarUnusedSamplerStat     = "unused_sampler_stat"
 	profileVarUnusedUnwindProc      = "unused_unwind_proc"
@@ -284,23 +330,25 @@ type profileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileMapSpecs struct {
-	Counts        *ebpf.MapSpec `ebpf:"counts"`
-	KnownProcs    *ebpf.MapSpec `ebpf:"known_procs"`
-	LastProc      *ebpf.MapSpec `ebpf:"last_proc"`
-	OffCpu        *ebpf.MapSpec `ebpf:"off_cpu"`
-	OffCpuSpans   *ebpf.MapSpec `ebpf:"off_cpu_spans"`
-	OffCpuStacks  *ebpf.MapSpec `ebpf:"off_cpu_stacks"`
-	ProcEvents    *ebpf.MapSpec `ebpf:"proc_events"`
-	PythonProcs   *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonThreads *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonYoung   *ebpf.MapSpec `ebpf:"python_young"`
-	Samples       *ebpf.MapSpec `ebpf:"samples"`
-	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
-	Stacks        *ebpf.MapSpec `ebpf:"stacks"`
-	StaleProcs    *ebpf.MapSpec `ebpf:"stale_procs"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
-	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
-	UnwindRows    *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counts            *ebpf.MapSpec `ebpf:"counts"`
+	KnownProcs        *ebpf.MapSpec `ebpf:"known_procs"`
+	LastProc          *ebpf.MapSpec `ebpf:"last_proc"`
+	OffCpu            *ebpf.MapSpec `ebpf:"off_cpu"`
+	OffCpuSpans       *ebpf.MapSpec `ebpf:"off_cpu_spans"`
+	OffCpuStacks      *ebpf.MapSpec `ebpf:"off_cpu_stacks"`
+	ProcEvents        *ebpf.MapSpec `ebpf:"proc_events"`
+	PythonCodeScratch *ebpf.MapSpec `ebpf:"python_code_scratch"`
+	PythonCodesSent   *ebpf.MapSpec `ebpf:"python_codes_sent"`
+	PythonProcs       *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonThreads     *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonYoung       *ebpf.MapSpec `ebpf:"python_young"`
+	Samples           *ebpf.MapSpec `ebpf:"samples"`
+	Scratch           *ebpf.MapSpec `ebpf:"scratch"`
+	Stacks            *ebpf.MapSpec `ebpf:"stacks"`
+	StaleProcs        *ebpf.MapSpec `ebpf:"stale_procs"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // profileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -316,9 +364,11 @@ type profileVariableSpecs struct {
 	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.VariableSpec `ebpf:"unused_new_proc"`
+	UnusedPythonCode      *ebpf.VariableSpec `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
 	UnusedPythonLayout    *ebpf.VariableSpec `ebpf:"unused_python_layout"`
 	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
+	UnusedPythonRecord    *ebpf.VariableSpec `ebpf:"unused_python_record"`
 	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedSamplerStat     *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc      *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
@@ -346,23 +396,25 @@ func (o *profileObjects) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileMaps struct {
-	Counts        *ebpf.Map `ebpf:"counts"`
-	KnownProcs    *ebpf.Map `ebpf:"known_procs"`
-	LastProc      *ebpf.Map `ebpf:"last_proc"`
-	OffCpu        *ebpf.Map `ebpf:"off_cpu"`
-	OffCpuSpans   *ebpf.Map `ebpf:"off_cpu_spans"`
-	OffCpuStacks  *ebpf.Map `ebpf:"off_cpu_stacks"`
-	ProcEvents    *ebpf.Map `ebpf:"proc_events"`
-	PythonProcs   *ebpf.Map `ebpf:"python_procs"`
-	PythonThreads *ebpf.Map `ebpf:"python_threads"`
-	PythonYoung   *ebpf.Map `ebpf:"python_young"`
-	Samples       *ebpf.Map `ebpf:"samples"`
-	Scratch       *ebpf.Map `ebpf:"scratch"`
-	Stacks        *ebpf.Map `ebpf:"stacks"`
-	StaleProcs    *ebpf.Map `ebpf:"stale_procs"`
-	Stats         *ebpf.Map `ebpf:"stats"`
-	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
-	UnwindRows    *ebpf.Map `ebpf:"unwind_rows"`
+	Counts            *ebpf.Map `ebpf:"counts"`
+	KnownProcs        *ebpf.Map `ebpf:"known_procs"`
+	LastProc          *ebpf.Map `ebpf:"last_proc"`
+	OffCpu            *ebpf.Map `ebpf:"off_cpu"`
+	OffCpuSpans       *ebpf.Map `ebpf:"off_cpu_spans"`
+	OffCpuStacks      *ebpf.Map `ebpf:"off_cpu_stacks"`
+	ProcEvents        *ebpf.Map `ebpf:"proc_events"`
+	PythonCodeScratch *ebpf.Map `ebpf:"python_code_scratch"`
+	PythonCodesSent   *ebpf.Map `ebpf:"python_codes_sent"`
+	PythonProcs       *ebpf.Map `ebpf:"python_procs"`
+	PythonThreads     *ebpf.Map `ebpf:"python_threads"`
+	PythonYoung       *ebpf.Map `ebpf:"python_young"`
+	Samples           *ebpf.Map `ebpf:"samples"`
+	Scratch           *ebpf.Map `ebpf:"scratch"`
+	Stacks            *ebpf.Map `ebpf:"stacks"`
+	StaleProcs        *ebpf.Map `ebpf:"stale_procs"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *profileMaps) Close() error {
@@ -374,6 +426,8 @@ func (m *profileMaps) Close() error {
 		m.OffCpuSpans,
 		m.OffCpuStacks,
 		m.ProcEvents,
+		m.PythonCodeScratch,
+		m.PythonCodesSent,
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonYoung,
@@ -400,9 +454,11 @@ type profileVariables struct {
 	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.Variable `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.Variable `ebpf:"unused_new_proc"`
+	UnusedPythonCode      *ebpf.Variable `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits *ebpf.Variable `ebpf:"unused_python_frame_bits"`
 	UnusedPythonLayout    *ebpf.Variable `ebpf:"unused_python_layout"`
 	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
+	UnusedPythonRecord    *ebpf.Variable `ebpf:"unused_python_record"`
 	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedSamplerStat     *ebpf.Variable `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc      *ebpf.Variable `ebpf:"unused_unwind_proc"`

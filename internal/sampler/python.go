@@ -15,6 +15,12 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	p.O.TstateNext, p.O.TstateThreadId, p.O.TstateFrame = o.ThreadNext, o.ThreadID, o.ThreadFrame
 	p.O.CframeFrame, p.O.FrameCode, p.O.FramePrevious = o.CFrameFrame, o.FrameCode, o.FramePrevious
 	p.O.FrameInstr, p.O.FrameOwner, p.O.CodeBytecode = o.FrameInstr, o.FrameOwner, o.CodeBytecode
+	p.O.CodeName, p.O.CodeFilename, p.O.CodeLinetable = o.CodeName, o.CodeFilename, o.CodeLineTable
+	if o.CodeQualname != 0 {
+		p.O.CodeName = o.CodeQualname
+	}
+	p.O.AsciiSize, p.O.CompactSize = o.ASCIISize, o.CompactSize
+	p.ImageStart, p.ImageEnd = in.Image()
 	p.O.Layout = uint8(o.Layout)
 	if o.CFrame {
 		p.O.Cframe = 1

@@ -29,6 +29,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/flint-dev/flint/internal/python"
 )
 
 // MaxStackDepth is the deepest stack recorded, the kernel's default
@@ -90,6 +92,11 @@ type Options struct {
 	// them with it when it exits, likely before the next drain. The frames
 	// are valid until it returns.
 	OnYoungPython func(pid, generation uint32, frames []uint64)
+	// OnPythonCopy is called, from the same goroutine and before the
+	// frames that ran it, with a code object of such a process that the
+	// sampler copied in the process's own context, where reading is a copy
+	// and not a remote read. The copy is valid until it returns.
+	OnPythonCopy func(pid, generation uint32, c *python.Copy)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
 	// OffCPU, if set, loads what records where threads wait off the CPU
@@ -128,8 +135,9 @@ type Stats struct {
 	UnwindStale uint64
 	// PythonStacks counts samples whose Python frames were read;
 	// PythonNoThread, samples of CPython processes whose thread state was
-	// not found (a thread that never ran Python).
-	PythonStacks, PythonNoThread uint64
+	// not found (a thread that never ran Python); PythonCodes, code objects
+	// of young CPython processes the program copied (OnPythonCopy).
+	PythonStacks, PythonNoThread, PythonCodes uint64
 	// OffCPUSpans counts off-CPU spans recorded; OffCPUFull, those lost
 	// to a full map.
 	OffCPUSpans, OffCPUFull uint64
@@ -293,11 +301,19 @@ func (s *Sampler) start() error {
 		}
 	})
 	var frames []uint64 // the young records' scratch
+	var copied python.Copy
 	go s.readRing(s.young, func(raw []byte) {
 		var ok bool
 		var pid, gen uint32
-		if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
-			s.opts.OnYoungPython(pid, gen, frames)
+		switch pythonRecord(raw) {
+		case profilePythonRecordPY_RECORD_STACK:
+			if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
+				s.opts.OnYoungPython(pid, gen, frames)
+			}
+		case profilePythonRecordPY_RECORD_CODE:
+			if pid, gen, ok = decodePythonCode(raw, &copied); ok && s.opts.OnPythonCopy != nil {
+				s.opts.OnPythonCopy(pid, gen, &copied)
+			}
 		}
 	})
 	if s.opts.Transfer == RingBuffer {
@@ -426,8 +442,48 @@ func decodeNewProc(raw []byte) (NewProc, bool) {
 	return p, true
 }
 
-// decodePythonStack decodes a python_young record, appending its frames
-// to frames.
+// pythonRecord returns the kind of a python_young record; an impossible
+// one for a record too short to say.
+func pythonRecord(raw []byte) profilePythonRecord {
+	var ev profilePythonStack
+	at := unsafe.Offsetof(ev.Record)
+	if len(raw) < int(at)+4 {
+		return ^profilePythonRecord(0)
+	}
+	return profilePythonRecord(binary.NativeEndian.Uint32(raw[at:]))
+}
+
+// decodePythonCode decodes a python_young record of a copied code object
+// into c, whose objects' data then point into raw.
+func decodePythonCode(raw []byte, c *python.Copy) (pid, generation uint32, ok bool) {
+	var ev profilePythonCode
+	objects := int(unsafe.Offsetof(ev.Objects))
+	if len(raw) < int(unsafe.Offsetof(ev.Table)) {
+		return 0, 0, false
+	}
+	c.Code = binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Addr):])
+	c.Objects = append(c.Objects[:0], python.Object{Addr: c.Code,
+		Data: raw[unsafe.Offsetof(ev.Header):][:len(ev.Header)]})
+	data := [...]int{int(unsafe.Offsetof(ev.Name)), int(unsafe.Offsetof(ev.File)), int(unsafe.Offsetof(ev.Table))}
+	caps := [...]int{len(ev.Name), len(ev.File), len(ev.Table)}
+	for i, at := range data {
+		o := raw[objects+i*int(unsafe.Sizeof(ev.Objects[0])):]
+		addr, n := binary.NativeEndian.Uint64(o), int(binary.NativeEndian.Uint32(o[8:]))
+		if n == 0 {
+			continue // not copied
+		}
+		if n > caps[i] || len(raw) < at+n {
+			return 0, 0, false
+		}
+		c.Objects = append(c.Objects, python.Object{Addr: addr, Data: raw[at : at+n],
+			Whole: binary.NativeEndian.Uint32(o[12:]) != 0})
+	}
+	return binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
+		binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]), true
+}
+
+// decodePythonStack decodes a python_young record of a sample's frames,
+// appending them to frames.
 func decodePythonStack(raw []byte, frames []uint64) (pid, generation uint32, _ []uint64, ok bool) {
 	var ev profilePythonStack
 	head := int(unsafe.Offsetof(ev.Frames))
@@ -523,6 +579,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.UnwindStale += c[profileSamplerStatSTAT_UNWIND_STALE]
 		st.PythonStacks += c[profileSamplerStatSTAT_PYTHON_STACKS]
 		st.PythonNoThread += c[profileSamplerStatSTAT_PYTHON_NO_THREAD]
+		st.PythonCodes += c[profileSamplerStatSTAT_PYTHON_CODES]
 		st.OffCPUSpans += c[profileSamplerStatSTAT_OFF_CPU_SPANS]
 		st.OffCPUFull += c[profileSamplerStatSTAT_OFF_CPU_FULL]
 	}
