@@ -151,18 +151,25 @@ struct {
 // sample, or user space reads them.
 #define PY_MAX_CODES 16
 
-// The code objects each young process sent: (tgid, generation, address).
+// The code objects young processes sent, (tgid, generation, address), in
+// a table indexed by a hash of the key: each slot remembers the last key
+// that hashed to it. A slot taken by another key only means a code object
+// sent twice (user space keeps the first), and two CPUs writing one slot at
+// once, at worst one not sent (user space reads it). Plain loads and
+// stores, where a hash map's update takes locks and allocates.
 struct python_code_key {
 	__u32 pid;
 	__u32 generation;
 	__u64 addr;
 };
 
+#define PY_SENT_SLOTS 4096 // a second of young processes' code objects, and more
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096); // a second of young processes' code objects, and more
-	__type(key, struct python_code_key);
-	__type(value, __u8);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PY_SENT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct python_code_key);
 } python_codes_sent SEC(".maps");
 
 // Where a code object's copy is put together: 5.5 KiB, over the BPF stack.
@@ -848,9 +855,12 @@ static long python_copy_step(__u64 i, void *arg)
 		     << PY_FRAME_CODE_ALIGN;
 	if (addr >= p->image_start && addr < p->image_end)
 		return 0; // static: named once for every process
-	struct python_code_key key = {.pid = a->python->pid, .generation = a->python->generation,
-				      .addr = addr};
-	if (bpf_map_lookup_elem(&python_codes_sent, &key))
+	__u32 pid = a->python->pid, gen = a->python->generation;
+	__u32 slot = (__u32)((addr >> 4) * 0x9E3779B97F4A7C15ULL >> 52) ^ (pid & (PY_SENT_SLOTS - 1));
+	struct python_code_key *sent = bpf_map_lookup_elem(&python_codes_sent, &slot);
+	if (!sent)
+		return 1;
+	if (sent->addr == addr && sent->pid == pid && sent->generation == gen)
 		return 0;
 	if (bpf_probe_read_user(c->header, sizeof(c->header), (const void *)addr))
 		return 0;
@@ -863,8 +873,9 @@ static long python_copy_step(__u64 i, void *arg)
 		return 1;
 	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table, 0))
 		return 1; // full: user space reads the rest
-	__u8 sent = 1;
-	bpf_map_update_elem(&python_codes_sent, &key, &sent, BPF_ANY);
+	sent->pid = pid;
+	sent->generation = gen;
+	sent->addr = addr;
 	a->copied++;
 	count(STAT_PYTHON_CODES);
 	return 0;
