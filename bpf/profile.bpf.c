@@ -870,7 +870,7 @@ static long python_copy_step(__u64 i, void *arg)
 	__u32 table = copy_bytes(c->table, header_ptr(c, p->o.code_linetable),
 				 &c->objects[PY_OBJECT_TABLE]);
 	if (table > PY_TABLE_MAX)
-		return 1;
+		return 1; // never: a bound the verifier can see
 	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table, 0))
 		return 1; // full: user space reads the rest
 	sent->pid = pid;

@@ -155,11 +155,7 @@ type Object struct {
 func (p *Process) RememberCopy(c *Copy) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var mem io.ReaderAt
-	if p.mem != nil {
-		mem = p.mem
-	}
-	p.lookup(c.Code, copied{c.Objects, mem})
+	p.lookup(c.Code, copied{c.Objects, p.mem})
 }
 
 // copied is a process's memory read from copies of its objects where they
@@ -193,11 +189,7 @@ func (c copied) ReadAt(b []byte, off int64) (int, error) {
 func (p *Process) code(addr uint64) *code {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var mem io.ReaderAt
-	if p.mem != nil {
-		mem = p.mem
-	}
-	return p.lookup(addr, mem)
+	return p.lookup(addr, p.mem) // nil once closed
 }
 
 // lookup returns the code object at addr, read from mem the first time.
