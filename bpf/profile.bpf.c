@@ -775,14 +775,25 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 		count(STAT_RINGBUF_FULL);
 }
 
-// copy_object completes the copy in buf (max bytes) of the object at addr,
-// whose first PY_OBJECT_HEAD bytes it holds and whose size they say (0:
-// unknown): the whole object when it fits, else those bytes only. Returns
-// the bytes copied.
-static __always_inline __u32 copy_object(__u8 *buf, __u32 max, __u64 addr,
-					 struct python_object *obj, __u64 size)
+// copy_head copies the first PY_OBJECT_HEAD bytes of the object at addr
+// to buf, where every object's size is read from, and starts obj.
+static __always_inline bool copy_head(__u8 *buf, __u64 addr, struct python_object *obj)
 {
+	obj->addr = addr;
+	obj->len = 0;
+	obj->whole = 0;
+	if (bpf_probe_read_user(buf, PY_OBJECT_HEAD, (const void *)addr))
+		return false;
 	obj->len = PY_OBJECT_HEAD;
+	return true;
+}
+
+// copy_rest completes the copy in buf (max bytes) of the object at addr,
+// whose head copy_head copied and whose size it says (0: unknown): the
+// whole object when it fits, else the head only. Returns the bytes copied.
+static __always_inline __u32 copy_rest(__u8 *buf, __u32 max, __u64 addr,
+				       struct python_object *obj, __u64 size)
+{
 	if (size == 0 || size > max)
 		return obj->len;
 	if (size > PY_OBJECT_HEAD) {
@@ -807,28 +818,22 @@ static __always_inline __u64 str_size(const __u8 *head, struct python_offsets *o
 	return (ascii ? o->ascii_size : o->compact_size) + n * kind;
 }
 
-// copy_str copies the str object at addr: its head first, then all of it.
+// copy_str copies the str object at addr.
 static __always_inline void copy_str(__u8 *buf, __u64 addr, struct python_object *obj,
 				     struct python_offsets *o)
 {
-	obj->addr = addr;
-	obj->len = 0;
-	obj->whole = 0;
-	if (bpf_probe_read_user(buf, PY_OBJECT_HEAD, (const void *)addr))
-		return;
-	copy_object(buf, PY_STR_MAX, addr, obj, str_size(buf, o));
+	if (copy_head(buf, addr, obj))
+		copy_rest(buf, PY_STR_MAX, addr, obj, str_size(buf, o));
 }
 
-// copy_bytes copies the bytes object at addr (ob_size at 16, the data at 32).
+// copy_bytes copies the bytes object at addr (ob_size at 16, the data at
+// 32) and returns the bytes copied.
 static __always_inline __u32 copy_bytes(__u8 *buf, __u64 addr, struct python_object *obj)
 {
-	obj->addr = addr;
-	obj->len = 0;
-	obj->whole = 0;
-	if (bpf_probe_read_user(buf, PY_OBJECT_HEAD, (const void *)addr))
+	if (!copy_head(buf, addr, obj))
 		return 0;
 	__u64 n = *(const __u64 *)(buf + 16);
-	return copy_object(buf, PY_TABLE_MAX, addr, obj, n < PY_TABLE_MAX ? 32 + n : 0);
+	return copy_rest(buf, PY_TABLE_MAX, addr, obj, n < PY_TABLE_MAX ? 32 + n : 0);
 }
 
 struct python_copy {
