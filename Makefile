@@ -75,9 +75,9 @@ vmlinux:
 # Every test; those that load BPF need root and skip with the reason otherwise.
 # One package at a time: the BPF tests measure CPU shares of fixtures, which
 # other packages' tests would compete with on a small machine. cmd/flint's
-# end-to-end tests take 594-597 s on a 2-CPU machine as root, at go test's
-# default limit of 10 minutes a package (a run at 600.0 s was killed there):
-# the limit is 30.
+# end-to-end tests take 585-606 s on a 2-CPU machine as root (CI runs of
+# 2026-11-27), about go test's default limit of 10 minutes a package (a run
+# at 600.0 s was killed there): the limit is 30.
 GO_TEST = $(GO) test -count=1 -p 1 -timeout 30m ./...
 test:
 	$(GO_TEST)

@@ -382,8 +382,9 @@ func (s *Sampler) attach(cpu int) error {
 }
 
 // readRing calls handle with each record r delivers until r.wait closes.
-// It waits in Go's network poller, not in a system call of its own: a goroutine blocked in a system call keeps its P until the
-// runtime's sysmon thread takes it back, and each time sysmon did, it went
+// It waits in Go's network poller, not in a system call of its own: a
+// goroutine blocked in a system call keeps its P until the runtime's
+// sysmon thread takes it back, and each time sysmon did, it went
 // back to waking every 20 us. Under process churn that was 16% of the
 // agent's CPU (docs/BENCHMARKS.md).
 func (s *Sampler) readRing(r *ring, handle func([]byte)) {
