@@ -134,15 +134,17 @@ struct {
 // The Python frames of samples of CPython processes younger than
 // PY_YOUNG_NS, as struct python_stack, each after copies of the code
 // objects they ran that the process has not sent before (struct
-// python_code): user space names them at once, which a process gone before
-// the next periodic drain (a second) takes with it. A record wakes the
-// reader only when it has read the ones before; when the ring is full,
-// user space reads the code objects from the process, or the periodic
-// drain names what it can. 256 KiB: a python3 run's first samples copy
-// some 25 code objects, about 1.5 KiB each.
+// python_code). A sample whose copies hold all its frames need not be read
+// while its process lives: it wakes no one, and user space reads it with
+// the samples each second (Sampler.Drain). One that lacks some (an object
+// too large, a page not present, more than PY_MAX_CODES new) wakes the
+// reader, which reads the rest from the process at once, as does a sample
+// that finds the ring half full. 256 KiB: a python3 run's first samples
+// copy some 25 code objects, about 1.5 KiB each.
+#define PY_YOUNG_RING (256 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, PY_YOUNG_RING);
 } python_young SEC(".maps");
 
 #define PY_YOUNG_NS 1000000000ULL
@@ -151,8 +153,9 @@ struct {
 // sample, or user space reads them.
 #define PY_MAX_CODES 16
 
-// The code objects young processes sent, (tgid, generation, address), in
-// a table indexed by a hash of the key: each slot remembers the last key
+// The code objects young processes sent, (tgid, generation, address), or
+// for a static one (0, interpreter image ID, offset in the image), in a
+// table indexed by a hash of the key: each slot remembers the last key
 // that hashed to it. A slot taken by another key only means a code object
 // sent twice (user space keeps the first), and two CPUs writing one slot at
 // once, at worst one not sent (user space reads it). Plain loads and
@@ -841,6 +844,7 @@ struct python_copy {
 	struct python_proc *proc;
 	struct python_code *code;
 	__u32 copied;
+	bool lacking; // a code object of the sample that user space lacks
 };
 
 // header_ptr reads the pointer field at off of a copied code header.
@@ -854,21 +858,35 @@ static long python_copy_step(__u64 i, void *arg)
 	struct python_copy *a = arg;
 	struct python_code *c = a->code;
 	struct python_proc *p = a->proc;
-	if (i >= PY_MAX_FRAMES || a->copied >= PY_MAX_CODES)
+	if (i >= PY_MAX_FRAMES)
 		return 1;
+	if (a->copied >= PY_MAX_CODES) {
+		a->lacking = true; // perhaps: the rest are not looked at
+		return 1;
+	}
 	__u64 addr = (a->python->frames[i] & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1))
 		     << PY_FRAME_CODE_ALIGN;
-	if (addr >= p->image_start && addr < p->image_end)
-		return 0; // static: named once for every process
+	// Sent once for the process; a static one, in the interpreter file's
+	// image, once for all the file's processes, which user space keeps
+	// by its offset there.
 	__u32 pid = a->python->pid, gen = a->python->generation;
-	__u32 slot = (__u32)((addr >> 4) * 0x9E3779B97F4A7C15ULL >> 52) ^ (pid & (PY_SENT_SLOTS - 1));
+	__u64 key = addr;
+	bool is_static = addr >= p->image_start && addr < p->image_end;
+	if (is_static) {
+		key = addr - p->image_start;
+		pid = 0;
+		gen = p->image_id;
+	}
+	__u32 slot = (__u32)((key >> 4) * 0x9E3779B97F4A7C15ULL >> 52) ^ (pid & (PY_SENT_SLOTS - 1));
 	struct python_code_key *sent = bpf_map_lookup_elem(&python_codes_sent, &slot);
 	if (!sent)
 		return 1;
-	if (sent->addr == addr && sent->pid == pid && sent->generation == gen)
+	if (sent->addr == key && sent->pid == pid && sent->generation == gen)
 		return 0;
-	if (bpf_probe_read_user(c->header, sizeof(c->header), (const void *)addr))
+	if (bpf_probe_read_user(c->header, sizeof(c->header), (const void *)addr)) {
+		a->lacking = true;
 		return 0;
+	}
 	c->addr = addr;
 	copy_str(c->name, header_ptr(c, p->o.code_name), &c->objects[PY_OBJECT_NAME], &p->o);
 	copy_str(c->file, header_ptr(c, p->o.code_filename), &c->objects[PY_OBJECT_FILE], &p->o);
@@ -876,19 +894,32 @@ static long python_copy_step(__u64 i, void *arg)
 				 &c->objects[PY_OBJECT_TABLE]);
 	if (table > PY_TABLE_MAX)
 		return 1; // never: a bound the verifier can see
-	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table, 0))
-		return 1; // full: user space reads the rest
-	sent->pid = pid;
-	sent->generation = gen;
-	sent->addr = addr;
+	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table,
+			       BPF_RB_NO_WAKEUP)) {
+		a->lacking = true; // full: user space reads the rest
+		return 1;
+	}
+	bool whole = true;
+	for (int k = 0; k < PY_OBJECTS; k++)
+		whole = whole && c->objects[k].whole;
+	if (!whole)
+		a->lacking = true;
+	// A static one, kept for all processes, is sent again until a copy is
+	// whole: a read of the rest that failed would lose it for good.
+	if (whole || !is_static) {
+		sent->pid = pid;
+		sent->generation = gen;
+		sent->addr = key;
+	}
 	a->copied++;
 	count(STAT_PYTHON_CODES);
 	return 0;
 }
 
 // python_copy_codes copies the code objects of a young process's sample
-// that it has not sent before, up to PY_MAX_CODES. A global function: the
-// verifier checks it once.
+// that it has not sent before, up to PY_MAX_CODES, and returns whether user
+// space lacks any of the sample's, to read from the process. A global
+// function: the verifier checks it once.
 __noinline int python_copy_codes(struct python_stack *python)
 {
 	__u32 zero = 0;
@@ -897,19 +928,21 @@ __noinline int python_copy_codes(struct python_stack *python)
 	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &python->pid);
 	struct python_code *c = bpf_map_lookup_elem(&python_code_scratch, &zero);
 	if (!p || !c)
-		return 0;
+		return 1;
 	c->pid = python->pid;
 	c->generation = python->generation;
 	c->record = PY_RECORD_CODE;
 	struct python_copy a = {.python = python, .proc = p, .code = c};
 	__u32 n = python->n;
 	bpf_loop(n < PY_MAX_FRAMES ? n : PY_MAX_FRAMES, python_copy_step, &a, 0);
-	return a.copied;
+	return a.lacking;
 }
 
 // tell_young_python hands user space the Python frames of the sample just
 // taken when they are of a process younger than PY_YOUNG_NS, after copies
-// of the code objects they ran that it has not had.
+// of the code objects they ran that it has not had; it wakes the reader
+// only when user space must read from the process at once, or the ring
+// fills.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
@@ -920,9 +953,12 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 	python->pid = tgid;
 	python->generation = gen;
 	python->record = PY_RECORD_STACK;
-	python_copy_codes(python);
+	__u64 wake = BPF_RB_NO_WAKEUP;
+	if (python_copy_codes(python) ||
+	    bpf_ringbuf_query(&python_young, BPF_RB_AVAIL_DATA) > PY_YOUNG_RING / 2)
+		wake = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_output(&python_young, python,
-			   offsetof(struct python_stack, frames) + n * sizeof(__u64), 0);
+			   offsetof(struct python_stack, frames) + n * sizeof(__u64), wake);
 }
 
 SEC("perf_event")

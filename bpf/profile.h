@@ -157,10 +157,12 @@ struct python_offsets {
 
 struct python_proc {
 	__u32 generation; // of the image; 0: any
-	__u32 pad;
+	// Tells the interpreter files apart, and their kept code objects
+	// (python.Interpreter.ImageID).
+	__u32 image_id;
 	__u64 runtime; // address of _PyRuntime in the process
 	// The interpreter file's image: code objects there are static, the
-	// same in every process, and user space names them once for all.
+	// same in every process, and user space keeps them once for all.
 	__u64 image_start, image_end;
 	struct python_offsets o;
 };

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/symbol"
@@ -67,6 +68,9 @@ type interpFile struct {
 	lo, hi            uint64 // the file's image (Layout.Span)
 
 	mu sync.Mutex
+	// id tells this file's codes apart from any other file's, and from
+	// those it kept before starting over (ImageID).
+	id uint32
 	// codes are the code objects read in the image, by link-time
 	// address. In 3.11 and 3.12 the code objects of the modules frozen
 	// into the interpreter (importlib's, os's, codecs'...) are static
@@ -89,6 +93,21 @@ func (b *interpFile) interpreter(bias uint64) *Interpreter {
 		in.CodeType = b.codeType + bias
 	}
 	return in
+}
+
+// imageIDs numbers the interpreter files' sets of kept code objects.
+var imageIDs atomic.Uint32
+
+// ImageID identifies the static code objects of the interpreter's file
+// that user space keeps: it changes when they are forgotten. The sampler
+// copies a static code object for the first young process of an ID only.
+func (in *Interpreter) ImageID() uint32 {
+	if in.file == nil {
+		return 0
+	}
+	in.file.mu.Lock()
+	defer in.file.mu.Unlock()
+	return in.file.id
 }
 
 // Image returns where the interpreter's file lies in the process: the
@@ -123,7 +142,11 @@ func (b *interpFile) code(link uint64) *code {
 func (b *interpFile) keep(link uint64, c *code) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.codes == nil || len(b.codes) >= maxStatic {
+	if len(b.codes) >= maxStatic {
+		b.codes = nil
+		b.id = imageIDs.Add(1)
+	}
+	if b.codes == nil {
 		b.codes = map[uint64]*code{}
 	}
 	b.codes[link] = c
@@ -233,7 +256,7 @@ func (f *Finder) look(m *proc.Mapping) (found, bool) {
 	if !ok || !known {
 		return found{err: fmt.Errorf("python%s in %s: %w", v, m.Path, ErrVersion)}, true
 	}
-	b := &interpFile{minor: minor, offsets: o, runtime: runtime - bias, layout: layout}
+	b := &interpFile{minor: minor, offsets: o, runtime: runtime - bias, layout: layout, id: imageIDs.Add(1)}
 	if t, ok := f.sym.Symbol(m, "PyCode_Type"); ok {
 		b.codeType = t - bias
 	}

@@ -93,7 +93,7 @@ const (
 type profilePythonProc struct {
 	_          structs.HostLayout
 	Generation uint32
-	Pad        uint32
+	ImageId    uint32
 	Runtime    uint64
 	ImageStart uint64
 	ImageEnd   uint64

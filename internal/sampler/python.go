@@ -21,6 +21,7 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	}
 	p.O.AsciiSize, p.O.CompactSize = o.ASCIISize, o.CompactSize
 	p.ImageStart, p.ImageEnd = in.Image()
+	p.ImageId = in.ImageID()
 	p.O.Layout = uint8(o.Layout)
 	if o.CFrame {
 		p.O.Cframe = 1

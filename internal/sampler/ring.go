@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -29,6 +30,8 @@ type ring struct {
 	// wait is the ring's map in Go's network poller (pollable), for a
 	// reader waiting for records; closing it ends the wait.
 	wait *os.File
+	// mu lets two readers take turns: the one woken and Drain's.
+	mu sync.Mutex
 }
 
 // A record's header: its length, and whether the producer has yet to
@@ -96,6 +99,8 @@ func pollable(m *ebpf.Map) (*os.File, error) {
 // consumer's position: a reader that stops at an uncommitted record is
 // woken when it is committed.
 func (r *ring) read(handle func([]byte)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	cons := atomic.LoadUint64(r.consPos)
 	for cons != atomic.LoadUint64(r.prodPos) {
 		at := cons & r.mask

@@ -85,17 +85,18 @@ type Options struct {
 	// library since. It is called once until SetUnwind lists the process
 	// again.
 	OnStale func(pid, generation uint32)
-	// OnYoungPython is called, from a goroutine of the sampler, with the
-	// Python frames (frame words, see package python) of a sample of a
-	// CPython process (SetPython) started less than a second before: their
-	// code objects should be read at once, as a short-lived process takes
-	// them with it when it exits, likely before the next drain. The frames
-	// are valid until it returns.
+	// OnYoungPython is called with the Python frames (frame words, see
+	// package python) of a sample of a CPython process (SetPython)
+	// started less than a second before, after OnPythonCopy with the
+	// copies of their code objects: from a goroutine of the sampler at
+	// once when the copies lack some that should be read while the
+	// process lives (a short-lived one takes them with it when it exits),
+	// else from Drain. The frames are valid until it returns.
 	OnYoungPython func(pid, generation uint32, frames []uint64)
-	// OnPythonCopy is called, from the same goroutine and before the
-	// frames that ran it, with a code object of such a process that the
-	// sampler copied in the process's own context, where reading is a copy
-	// and not a remote read. The copy is valid until it returns.
+	// OnPythonCopy is called, as OnYoungPython and before the frames that
+	// ran it, with a code object of such a process that the sampler
+	// copied in the process's own context, where reading is a copy and
+	// not a remote read. The copy is valid until it returns.
 	OnPythonCopy func(pid, generation uint32, c *python.Copy)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
@@ -162,6 +163,10 @@ type Sampler struct {
 	young    *ring // python_young
 	samples  *ring
 	wg       sync.WaitGroup
+
+	// onYoung handles a python_young record: in the reader a record woke,
+	// and in Drain.
+	onYoung func([]byte)
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
 	// stack crosses once; Trim bounds it.
@@ -300,9 +305,9 @@ func (s *Sampler) start() error {
 			s.opts.OnStale(p.PID, p.Generation)
 		}
 	})
-	var frames []uint64 // the young records' scratch
+	var frames []uint64 // the young records' scratch, under s.young.mu
 	var copied python.Copy
-	go s.readRing(s.young, func(raw []byte) {
+	s.onYoung = func(raw []byte) {
 		var ok bool
 		var pid, gen uint32
 		switch pythonRecord(raw) {
@@ -315,7 +320,8 @@ func (s *Sampler) start() error {
 				s.opts.OnPythonCopy(pid, gen, &copied)
 			}
 		}
-	})
+	}
+	go s.readRing(s.young, s.onYoung)
 	if s.opts.Transfer == RingBuffer {
 		if s.samples, err = openRing(s.objs.Samples); err != nil {
 			return fmt.Errorf("open sample ring buffer: %w", err)
