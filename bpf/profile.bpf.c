@@ -861,7 +861,7 @@ static long python_copy_step(__u64 i, void *arg)
 	if (i >= PY_MAX_FRAMES)
 		return 1;
 	if (a->copied >= PY_MAX_CODES) {
-		a->lacking = true; // perhaps: the rest are not looked at
+		a->lacking = true; // the rest, not looked at, may be new
 		return 1;
 	}
 	__u64 addr = (a->python->frames[i] & ((1ULL << PY_FRAME_INDEX_SHIFT) - 1))

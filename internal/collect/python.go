@@ -122,8 +122,9 @@ func (c *Collector) ReadPython(samples []sampler.Sample) {
 }
 
 // RememberPython reads the code objects of Python frames of process image
-// (pid, generation) now, while it runs (the sampler's OnYoungPython
-// callback, and ReadPython's).
+// (pid, generation) that it has not had, from the process (the sampler's
+// OnYoungPython callback, after the copies it could make, and
+// ReadPython's).
 func (c *Collector) RememberPython(pid, generation uint32, frames []uint64) {
 	pp := c.python(procKey{pid, generation})
 	if pp == nil {

@@ -30,7 +30,11 @@ func TestPythonCopies(t *testing.T) {
 		{"/usr/bin/python3.11", ""},
 		{"/usr/bin/python3.11", "frozen.py"},
 	} {
-		t.Run(tc.python+" "+tc.script, func(t *testing.T) {
+		name := tc.python
+		if tc.script != "" {
+			name += " " + tc.script
+		}
+		t.Run(name, func(t *testing.T) {
 			var (
 				mu                          sync.Mutex
 				in, inRead                  *python.Interpreter
