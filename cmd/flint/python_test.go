@@ -312,10 +312,12 @@ func TestAgentShortPython(t *testing.T) {
 	}
 	total, unread := totalSamples(p), funcSamples(p, "[python: unreadable code]")
 	t.Logf("%d of %d samples in unreadable code", unread, total)
-	// At most a third: CI has seen 12% (38 of 331), and with only the
-	// periodic drain 86% were (303 of 354).
-	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/3 {
-		t.Errorf("%d of %d samples in unreadable code, want at most a third of at least 100, and json's module named", unread, total)
+	// At most a tenth: 0-1 of 235-436 since the sampler copies code
+	// objects, beside two busy loops and CI too; 31-38% when samples
+	// whose copies lack some did not wake the agent (74 and 93 of about
+	// 240), 86% with only the periodic drain (303 of 354).
+	if total < 100 || funcSamples(p, "json.<module>") == 0 || unread > total/10 {
+		t.Errorf("%d of %d samples in unreadable code, want at most a tenth of at least 100, and json's module named", unread, total)
 	}
 	// Their code objects were copied by the sampler, not read from them.
 	if n := a.metric(t, "flint_python_codes_copied_total"); n < 10 {
