@@ -30,7 +30,8 @@ type ring struct {
 	// wait is the ring's map in Go's network poller (pollable), for a
 	// reader waiting for records; closing it ends the wait.
 	wait *os.File
-	// mu lets two readers take turns: the one woken and Drain's.
+	// mu lets two readers take turns: python_young has the one it wakes
+	// and Drain.
 	mu sync.Mutex
 }
 
