@@ -71,7 +71,7 @@ struct {
 
 // A sample's Python frames (tagged words, enum python_frame_bits),
 // innermost first; also a record of python_young, its size cut after n
-// frames.
+// frames, when user space must read their code objects at once.
 struct python_stack {
 	__u32 pid;
 	__u32 generation;
@@ -131,16 +131,17 @@ struct {
 	__uint(max_entries, 4096);
 } stale_procs SEC(".maps");
 
-// The Python frames of samples of CPython processes younger than
-// PY_YOUNG_NS, as struct python_stack, each after copies of the code
-// objects they ran that the process has not sent before (struct
-// python_code). A sample whose copies hold all its frames need not be read
-// while its process lives: it wakes no one, and user space reads it with
-// the samples each second (Sampler.Drain). One that lacks some (an object
-// too large, a page not present, more than PY_MAX_CODES new) wakes the
-// reader, which reads the rest from the process at once, as does a sample
-// that finds the ring half full. 256 KiB: a python3 run's first samples
-// copy some 25 code objects, about 1.5 KiB each.
+// For samples of CPython processes younger than PY_YOUNG_NS: copies of the
+// code objects they ran that the process has not sent before (struct
+// python_code). When a sample's copies hold all its code objects, nothing
+// need be read while its process lives: they wake no one, and user space
+// reads them with the samples each second (Sampler.Drain), the samples
+// after them. When they lack some (an object too large, a page not
+// present, more than PY_MAX_CODES new), the sample's Python frames follow
+// (struct python_stack) and wake the reader, which reads the rest from the
+// process at once; so do they when the ring is half full. 256 KiB: a
+// python3 run's first samples copy some 25 code objects, about 1.5 KiB
+// each.
 #define PY_YOUNG_RING (256 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -938,11 +939,12 @@ __noinline int python_copy_codes(struct python_stack *python)
 	return a.lacking;
 }
 
-// tell_young_python hands user space the Python frames of the sample just
-// taken when they are of a process younger than PY_YOUNG_NS, after copies
-// of the code objects they ran that it has not had; it wakes the reader
-// only when user space must read from the process at once, or the ring
-// fills.
+// tell_young_python hands user space copies of the code objects that the
+// Python frames of the sample just taken ran, when they are of a process
+// younger than PY_YOUNG_NS and user space has not had them. The frames
+// themselves follow only when user space must read from the process at
+// once, or the ring fills: they wake the reader. Otherwise the sample
+// names them when it is drained, after the copies.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
@@ -953,12 +955,12 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 	python->pid = tgid;
 	python->generation = gen;
 	python->record = PY_RECORD_STACK;
-	__u64 wake = BPF_RB_NO_WAKEUP;
-	if (python_copy_codes(python) ||
-	    bpf_ringbuf_query(&python_young, BPF_RB_AVAIL_DATA) > PY_YOUNG_RING / 2)
-		wake = BPF_RB_FORCE_WAKEUP;
+	if (!python_copy_codes(python) &&
+	    bpf_ringbuf_query(&python_young, BPF_RB_AVAIL_DATA) <= PY_YOUNG_RING / 2)
+		return;
 	bpf_ringbuf_output(&python_young, python,
-			   offsetof(struct python_stack, frames) + n * sizeof(__u64), wake);
+			   offsetof(struct python_stack, frames) + n * sizeof(__u64),
+			   BPF_RB_FORCE_WAKEUP);
 }
 
 SEC("perf_event")

@@ -123,8 +123,9 @@ func DefaultOptions() Options {
 // (docs/BENCHMARKS.md). It drains every second while it reads the Python
 // frames of some process, whose code objects must be read while it lives
 // (the sampler copies those of a CPython process under a second old as
-// it samples it, and hands over at once those it could not copy, which
-// may be gone in a second: OnYoungPython), and while it
+// it samples it, and hands over at once the frames of a sample whose
+// code objects it could not all copy, which may be gone in a second:
+// OnYoungPython), and while it
 // records off-CPU time (Options.OffCPU, or a live off-CPU profile), whose
 // map holds offCPUStacks: seconds of waits.
 const (

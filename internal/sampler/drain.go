@@ -18,8 +18,8 @@ const drainBatch = 1024
 // Backlog passes one half: checked every second, the ring then has room
 // for 2 s more at ~512 bytes a sample.
 func (s *Sampler) Drain() ([]Sample, error) {
-	// Young Python samples whose copies named them woke no one: their
-	// records, before the samples they name. An error is the ring's
+	// Copies of code objects that young Python samples ran woke no one:
+	// they are read before the samples that ran them. An error is the ring's
 	// layout, which ended its reader too.
 	if s.young != nil {
 		s.young.read(s.onYoung)

@@ -85,18 +85,20 @@ type Options struct {
 	// library since. It is called once until SetUnwind lists the process
 	// again.
 	OnStale func(pid, generation uint32)
-	// OnYoungPython is called with the Python frames (frame words, see
-	// package python) of a sample of a CPython process (SetPython)
-	// started less than a second before, after OnPythonCopy with the
-	// copies of their code objects: from a goroutine of the sampler at
-	// once when the copies lack some that should be read while the
-	// process lives (a short-lived one takes them with it when it exits),
-	// else from Drain. The frames are valid until it returns.
+	// OnYoungPython is called, from a goroutine of the sampler, with the
+	// Python frames (frame words, see package python) of a sample of a
+	// CPython process (SetPython) started less than a second before,
+	// when the copies of their code objects (OnPythonCopy, called
+	// before) lack some that should be read while the process lives: a
+	// short-lived one takes them with it when it exits. A sample whose
+	// copies hold them all is not passed here: Drain returns it after
+	// them. The frames are valid until it returns.
 	OnYoungPython func(pid, generation uint32, frames []uint64)
-	// OnPythonCopy is called, as OnYoungPython and before the frames that
-	// ran it, with a code object of such a process that the sampler
-	// copied in the process's own context, where reading is a copy and
-	// not a remote read. The copy is valid until it returns.
+	// OnPythonCopy is called with a code object that a sample of such a
+	// process ran and that the sampler copied in the process's own
+	// context, where reading is a copy and not a remote read: from Drain,
+	// before the samples, or before OnYoungPython with the sample's
+	// frames. The copy is valid until it returns.
 	OnPythonCopy func(pid, generation uint32, c *python.Copy)
 	// Paused loads and attaches without sampling until Resume.
 	Paused bool
