@@ -112,6 +112,33 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+// Rows the walker found lately, per CPU, by (the binary's first row, the
+// return address from the mapping's base). A deep stack returns through the
+// same call sites sample after sample, in every process of a binary, and
+// each binary search of a large table reads some 17 rows far apart: over a
+// third of a python3 run's BPF time. Valid while unwind_epoch is what it
+// was when found.
+struct row_cache_entry {
+	__u32 first;
+	__u32 rel;
+	__u32 epoch;
+	struct unwind_row row;
+};
+
+#define ROW_CACHE_SLOTS 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ROW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct row_cache_entry);
+} row_cache SEC(".maps");
+
+// Moved by user space after each write of unwind_rows (Sampler.WriteRows),
+// so that no row found before it, perhaps another binary's, is used from
+// row_cache. Never 0 once rows are written: unused slots hold 0.
+__u32 unwind_epoch = 0;
+
 // Processes whose user stacks are walked with unwind_rows: tgid -> its
 // executable mappings. 4,112 bytes each, allocated as used; a process without an
 // entry gets the kernel's frame pointer walk.
@@ -396,12 +423,10 @@ static __always_inline struct unwind_mapping *find_mapping(struct unwind_proc *p
 	return m->start <= pc && pc < m->end ? m : NULL;
 }
 
-// find_row returns m's row covering pc, or NULL when pc precedes them all.
-static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u64 pc)
+// search_rows returns m's row covering rel (a pc from m's base), or NULL
+// when rel precedes them all.
+static __always_inline struct unwind_row *search_rows(struct unwind_mapping *m, __u32 rel)
 {
-	if (pc < m->base || pc - m->base > 0xffffffffULL)
-		return NULL;
-	__u32 rel = pc - m->base;
 	__u32 base = m->first, n = m->rows;
 	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
 		if (n <= 1)
@@ -415,6 +440,32 @@ static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u
 	}
 	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &base);
 	return r && r->pc <= rel ? r : NULL;
+}
+
+// find_row returns m's row covering pc, or NULL when pc precedes them all;
+// for a return address (exact false), by way of row_cache.
+static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u64 pc, bool exact)
+{
+	if (pc < m->base || pc - m->base > 0xffffffffULL)
+		return NULL;
+	__u32 rel = pc - m->base;
+	if (exact) // where a sample stopped: rarely the same twice
+		return search_rows(m, rel);
+	__u32 epoch = *(volatile __u32 *)&unwind_epoch;
+	__u32 slot = ((rel ^ (m->first << 7)) * 0x9E3779B1u) >> 20; // 12 bits: ROW_CACHE_SLOTS
+	struct row_cache_entry *e = bpf_map_lookup_elem(&row_cache, &slot);
+	if (!e)
+		return search_rows(m, rel);
+	if (e->rel == rel && e->first == m->first && e->epoch == epoch)
+		return &e->row;
+	struct unwind_row *r = search_rows(m, rel);
+	if (r) {
+		e->first = m->first;
+		e->rel = rel;
+		e->epoch = epoch;
+		e->row = *r;
+	}
+	return r;
 }
 
 // mark_stale asks user space, once, to list w's process's mappings again.
@@ -452,7 +503,7 @@ static long walk_step(__u64 i, void *arg)
 		if (n == 0) // the leaf is always real code, unlike a bad caller
 			mark_stale(w);
 	} else if (m->rows) {
-		r = find_row(m, pc);
+		r = find_row(m, pc, w->exact);
 	}
 
 	// Frame pointers unless a row says otherwise: the caller's RBP at the

@@ -143,6 +143,14 @@ type profilePythonThread struct {
 	Checked uint64
 }
 
+type profileRowCacheEntry struct {
+	_     structs.HostLayout
+	First uint32
+	Rel   uint32
+	Epoch uint32
+	Row   profileUnwindRow
+}
+
 type profileSampleEvent struct {
 	_          structs.HostLayout
 	Pid        uint32
@@ -246,6 +254,7 @@ const (
 	profileMapPythonProcs           = "python_procs"
 	profileMapPythonThreads         = "python_threads"
 	profileMapPythonYoung           = "python_young"
+	profileMapRowCache              = "row_cache"
 	profileMapSamples               = "samples"
 	profileMapScratch               = "scratch"
 	profileMapStacks                = "stacks"
@@ -274,6 +283,7 @@ const (
 	profileVarUnusedSampleEvent     = "unused_sample_event"
 	profileVarUnusedSamplerStat     = "unused_sampler_stat"
 	profileVarUnusedUnwindProc      = "unused_unwind_proc"
+	profileVarUnwindEpoch           = "unwind_epoch"
 	profileVarUnwindTables          = "unwind_tables"
 	profileVarUseRingbuf            = "use_ringbuf"
 )
@@ -342,6 +352,7 @@ type profileMapSpecs struct {
 	PythonProcs       *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads     *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonYoung       *ebpf.MapSpec `ebpf:"python_young"`
+	RowCache          *ebpf.MapSpec `ebpf:"row_cache"`
 	Samples           *ebpf.MapSpec `ebpf:"samples"`
 	Scratch           *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks            *ebpf.MapSpec `ebpf:"stacks"`
@@ -372,6 +383,7 @@ type profileVariableSpecs struct {
 	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedSamplerStat     *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc      *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnwindEpoch           *ebpf.VariableSpec `ebpf:"unwind_epoch"`
 	UnwindTables          *ebpf.VariableSpec `ebpf:"unwind_tables"`
 	UseRingbuf            *ebpf.VariableSpec `ebpf:"use_ringbuf"`
 }
@@ -408,6 +420,7 @@ type profileMaps struct {
 	PythonProcs       *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads     *ebpf.Map `ebpf:"python_threads"`
 	PythonYoung       *ebpf.Map `ebpf:"python_young"`
+	RowCache          *ebpf.Map `ebpf:"row_cache"`
 	Samples           *ebpf.Map `ebpf:"samples"`
 	Scratch           *ebpf.Map `ebpf:"scratch"`
 	Stacks            *ebpf.Map `ebpf:"stacks"`
@@ -431,6 +444,7 @@ func (m *profileMaps) Close() error {
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonYoung,
+		m.RowCache,
 		m.Samples,
 		m.Scratch,
 		m.Stacks,
@@ -462,6 +476,7 @@ type profileVariables struct {
 	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedSamplerStat     *ebpf.Variable `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc      *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnwindEpoch           *ebpf.Variable `ebpf:"unwind_epoch"`
 	UnwindTables          *ebpf.Variable `ebpf:"unwind_tables"`
 	UseRingbuf            *ebpf.Variable `ebpf:"use_ringbuf"`
 }

@@ -170,6 +170,10 @@ type Sampler struct {
 	// and in Drain.
 	onYoung func([]byte)
 
+	// rowsEpoch is the program's unwind_epoch, moved after each WriteRows.
+	rowsMu    sync.Mutex
+	rowsEpoch uint32
+
 	// stacks caches stacks read from the kernel by hash, so each distinct
 	// stack crosses once; Trim bounds it.
 	stacks map[uint64]*cachedStack

@@ -23,10 +23,15 @@ const rowBatch = 1 << 16
 
 // WriteRows stores rows at index first of the sampler's unwind rows, each
 // PC as an offset from the first's (the caller checks they fit in 32 bits).
-func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) error {
+func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) (err error) {
 	if len(rows) == 0 {
 		return nil
 	}
+	defer func() {
+		if e := s.forgetFoundRows(); err == nil {
+			err = e
+		}
+	}()
 	base := rows[0].PC
 	keys := make([]uint32, 0, min(len(rows), rowBatch))
 	values := make([]profileUnwindRow, 0, cap(keys))
@@ -41,6 +46,20 @@ func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) error {
 		if _, err := s.objs.UnwindRows.BatchUpdate(keys, values, nil); err != nil {
 			return fmt.Errorf("write unwind rows at %d: %w", first+uint32(start), err)
 		}
+	}
+	return nil
+}
+
+// forgetFoundRows moves the program's unwind_epoch, after rows were
+// written: rows its walker found before and keeps (row_cache) may have
+// been overwritten, perhaps by another binary's. Each move is in order, so
+// the epoch never returns to a value whose rows are outdated.
+func (s *Sampler) forgetFoundRows() error {
+	s.rowsMu.Lock()
+	defer s.rowsMu.Unlock()
+	s.rowsEpoch++
+	if err := s.objs.UnwindEpoch.Set(s.rowsEpoch); err != nil {
+		return fmt.Errorf("unwind rows written: move their epoch: %w", err)
 	}
 	return nil
 }

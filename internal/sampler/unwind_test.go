@@ -1,0 +1,169 @@
+package sampler
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flint-dev/flint/internal/unwind"
+)
+
+// TestRowsRewrittenAreUsed walks testdata/fixtures/spin.c with its own
+// unwind rows, then rewrites them in place with rows that end every walk
+// at the caller of the spinning function: the walker, which keeps the rows
+// it found for return addresses (row_cache), must use the new ones. The
+// fixture is kept on one CPU, whose cache the first walks fill.
+func TestRowsRewrittenAreUsed(t *testing.T) {
+	requireBPF(t)
+	bin := filepath.Join(t.TempDir(), "spin")
+	out, err := exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-no-pie", "-o", bin,
+		"../../testdata/fixtures/spin.c").CombinedOutput()
+	if err != nil {
+		t.Skipf("needs gcc (apt-get install gcc): %v: %s", err, out)
+	}
+	rows, leaves := spinRows(t, bin)
+
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var cpu0 unix.CPUSet
+	cpu0.Set(0)
+	if err := unix.SchedSetaffinity(cmd.Process.Pid, &cpu0); err != nil {
+		t.Fatal(err)
+	}
+	start, end := textMapping(t, cmd.Process.Pid, bin)
+
+	s, err := Start(Options{Frequency: 997, PID: cmd.Process.Pid, Transfer: RingBuffer, UnwindRows: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteRows(0, rows); err != nil {
+		t.Fatal(err)
+	}
+	m := unwind.Mapping{Start: start, End: end, Base: rows[0].PC, First: 0, Rows: uint32(len(rows))}
+	if err := s.SetUnwind(uint32(cmd.Process.Pid), 0, []unwind.Mapping{m}, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// depths returns how many samples of the spinning functions, over
+	// 300 ms, had each user stack depth.
+	depths := func() map[int]uint64 {
+		if _, err := s.Drain(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		samples, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := map[int]uint64{}
+		for _, smp := range samples {
+			if len(smp.User) > 0 && leaves(smp.User[0]) {
+				d[len(smp.User)] += smp.Count
+			}
+		}
+		return d
+	}
+	before := depths()
+	var deep uint64
+	for n, c := range before {
+		if n >= 3 { // the function, main, libc's caller of main
+			deep += c
+		}
+	}
+	if deep < 20 {
+		t.Fatalf("stack depths of the spinning functions with their own rows: %v; want 20 or more samples 3 deep or more", before)
+	}
+
+	// The same rows but where the spinning functions are: every other
+	// ends the walk, main's included.
+	ends := make([]unwind.Row, len(rows))
+	for i, r := range rows {
+		ends[i] = r
+		if !leaves(r.PC) {
+			ends[i] = unwind.Row{PC: r.PC, CFA: unwind.CFAEnd}
+		}
+	}
+	if err := s.WriteRows(0, ends); err != nil {
+		t.Fatal(err)
+	}
+	after := depths()
+	var total uint64
+	for _, c := range after {
+		total += c
+	}
+	if total < 20 || after[2] != total {
+		t.Errorf("stack depths of the spinning functions after their callers' rows ended walks: %v; want all 2 (main's old row used: deeper)", after)
+	}
+}
+
+// spinRows returns the unwind rows of the spin fixture at bin, and whether
+// an address is in one of its functions that spin (func_a, func_b,
+// func_c).
+func spinRows(t *testing.T, bin string) ([]unwind.Row, func(uint64) bool) {
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, _, err := unwind.Parse(f)
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("unwind rows of %s: %d, %v", bin, len(rows), err)
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranges [][2]uint64
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "func_") && s.Size > 0 {
+			ranges = append(ranges, [2]uint64{s.Value, s.Value + s.Size})
+		}
+	}
+	if len(ranges) != 3 {
+		t.Fatalf("%s: functions func_*: %v, want 3", bin, ranges)
+	}
+	return rows, func(pc uint64) bool {
+		for _, r := range ranges {
+			if pc >= r[0] && pc < r[1] {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// textMapping returns where process pid maps bin's code.
+func textMapping(t *testing.T, pid int, bin string) (start, end uint64) {
+	for range 100 { // until the process has exec'd
+		f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 6 && fields[1] == "r-xp" && fields[5] == bin {
+				if _, err := fmt.Sscanf(fields[0], "%x-%x", &start, &end); err == nil {
+					f.Close()
+					return start, end
+				}
+			}
+		}
+		f.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d never mapped %s", pid, bin)
+	return 0, 0
+}
