@@ -243,6 +243,7 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["unwind_rows"].MaxEntries = uint32(opts.UnwindRows)
 	} else {
 		spec.Maps["unwind_procs"].MaxEntries = 1
+		spec.Maps["row_cache"].MaxEntries = 1
 	}
 	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
 	if err := s.load(spec); err != nil {
