@@ -1,10 +1,7 @@
 package sampler
 
 import (
-	"bufio"
 	"debug/elf"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/unwind"
 )
 
@@ -147,21 +145,15 @@ func spinRows(t *testing.T, bin string) ([]unwind.Row, func(uint64) bool) {
 // textMapping returns where process pid maps bin's code.
 func textMapping(t *testing.T, pid int, bin string) (start, end uint64) {
 	for range 100 { // until the process has exec'd
-		f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+		p, err := proc.Read(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) == 6 && fields[1] == "r-xp" && fields[5] == bin {
-				if _, err := fmt.Sscanf(fields[0], "%x-%x", &start, &end); err == nil {
-					f.Close()
-					return start, end
-				}
+		for _, m := range p.Mappings {
+			if m.Path == bin {
+				return m.Start, m.End
 			}
 		}
-		f.Close()
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("process %d never mapped %s", pid, bin)
