@@ -43,16 +43,34 @@ struct {
 	__uint(max_entries, 1 << 20);
 } samples SEC(".maps");
 
-// Processes seen so far: tgid -> generation. A process's first sample (and
-// its first after exec) gets a new generation and a new_proc, so user space
-// reads its mappings while it lives and never names an old image's samples
-// with the new image. 32768 processes alive at once before LRU eviction, which
-// only costs a second notification.
+// What a process lacks: the lookups that found nothing for it, which its
+// samples then skip. Each touches memory that is cold again by the next
+// tick, 1-4 us a sample on some machines (docs/BENCHMARKS.md); most
+// processes are neither CPython nor walked by unwind rows (Go services).
+enum {
+	LACKS_PYTHON = 1, // no python_procs entry for its generation
+	LACKS_UNWIND = 2, // no unwind_procs entry for its generation
+	LACKS_BITS = 2,
+};
+
+// A process seen: its generation, and what it lacks (LACKS_*) under the
+// tables_epoch in the word's upper bits. One word, written whole, so that
+// no reader pairs one epoch with another epoch's lacks.
+struct known_proc {
+	__u32 generation;
+	__u32 lacks;
+};
+
+// Processes seen so far: tgid -> struct known_proc. A process's first
+// sample (and its first after exec) gets a new generation and a new_proc,
+// so user space reads its mappings while it lives and never names an old
+// image's samples with the new image. 32768 processes alive at once before
+// LRU eviction, which only costs a second notification.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 32768);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct known_proc);
 } known_procs SEC(".maps");
 
 // New-process notifications; 64 KiB holds 8192 events between reads.
@@ -86,8 +104,28 @@ struct off_cpu_span {
 	struct sample_key key;
 };
 
+// Bumped by every exec and fork: a per-CPU cached generation is valid only
+// while no process has changed image or been born since it was cached.
+__u64 proc_epoch = 0;
+
+// Moved by user space after it lists a process in python_procs or
+// unwind_procs (Sampler.SetPython, SetUnwind): what a process was found
+// to lack is valid only while this is what it was then.
+__u32 tables_epoch = 0;
+
+// The process last sampled on this CPU, as known_procs knows it. A busy
+// CPU runs the same process for many ticks in a row; the cache saves the
+// known_procs lookup on those.
+struct seen_proc {
+	__u64 epoch; // proc_epoch
+	__u32 tgid;
+	struct known_proc known;
+};
+
 // Per-CPU scratch space: stacks are too large for the 512-byte BPF stack.
+// The cache first: it is read on every sample, the rest only in part.
 struct scratch {
+	struct seen_proc seen;
 	struct python_stack python;
 	struct off_cpu_span span;
 	struct stack_trace user;
@@ -272,47 +310,27 @@ static __always_inline void count(enum sampler_stat s)
 	percpu_inc(&stats, s);
 }
 
-// Bumped by every exec and fork: a per-CPU cached generation is valid only
-// while no process has changed image or been born since it was cached.
-__u64 proc_epoch = 0;
-
-// The process last sampled on this CPU and its generation. A busy CPU runs
-// the same process for many ticks in a row; the cache saves the known_procs
-// lookup on those.
-struct gen_cache {
-	__u64 epoch;
-	__u32 tgid;
-	__u32 generation;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gen_cache);
-} last_proc SEC(".maps");
-
-// announce_generation returns the generation of tgid, announcing the process
+// announce returns what known_procs knows of tgid, announcing the process
 // to user space the first time it is seen.
-static __always_inline __u32 announce_generation(__u32 tgid)
+static __always_inline struct known_proc announce(__u32 tgid)
 {
-	__u32 *gen = bpf_map_lookup_elem(&known_procs, &tgid);
-	if (gen)
-		return *gen;
+	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
+	if (known)
+		return *known;
 
-	__u32 g = __sync_fetch_and_add(&generation, 1) + 1;
-	if (bpf_map_update_elem(&known_procs, &tgid, &g, BPF_NOEXIST) != 0) {
+	struct known_proc k = {.generation = __sync_fetch_and_add(&generation, 1) + 1};
+	if (bpf_map_update_elem(&known_procs, &tgid, &k, BPF_NOEXIST) != 0) {
 		// Another CPU announced it first: use its generation.
-		gen = bpf_map_lookup_elem(&known_procs, &tgid);
-		return gen ? *gen : g;
+		known = bpf_map_lookup_elem(&known_procs, &tgid);
+		return known ? *known : k;
 	}
 	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
 		count(STAT_PROC_EVENTS_LOST);
-		return g;
+		return k;
 	}
 	e->pid = tgid;
-	e->generation = g;
+	e->generation = k.generation;
 	struct task_struct *leader = BPF_CORE_READ(bpf_get_current_task_btf(), group_leader);
 	e->start_boottime = BPF_CORE_READ(leader, start_boottime);
 	// The executable's text mapping names the executable: no readlink of
@@ -322,26 +340,36 @@ static __always_inline __u32 announce_generation(__u32 tgid)
 	if (bpf_probe_read_kernel(e->comm, sizeof(e->comm), &leader->comm))
 		__builtin_memset(e->comm, 0, sizeof(e->comm)); // user space reads /proc then
 	bpf_ringbuf_submit(e, 0);
-	return g;
+	return k;
 }
 
-// proc_generation is announce_generation behind the per-CPU cache.
-static __always_inline __u32 proc_generation(__u32 tgid)
+// see_proc makes this CPU's cache (c, the scratch's) tgid's: its
+// generation announced, and what it lacks if found under the current
+// tables_epoch.
+static __always_inline void see_proc(struct seen_proc *c, __u32 tgid)
 {
-	__u32 zero = 0;
-	struct gen_cache *c = bpf_map_lookup_elem(&last_proc, &zero);
-	if (!c)
-		return announce_generation(tgid);
-	// Read the epoch before the lookup: an exec or fork racing with it
-	// leaves a stale epoch in the cache, never a stale generation.
+	// Read the epochs before the lookups: an exec, fork or listing
+	// racing with them leaves a stale epoch in the cache, never a stale
+	// generation or lack.
 	__u64 epoch = *(volatile __u64 *)&proc_epoch;
-	if (c->tgid == tgid && c->epoch == epoch && c->generation)
-		return c->generation;
-	__u32 g = announce_generation(tgid);
-	c->tgid = tgid;
-	c->epoch = epoch;
-	c->generation = g;
-	return g;
+	__u32 tables = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
+	if (c->tgid != tgid || c->epoch != epoch || !c->known.generation) {
+		c->known = announce(tgid);
+		c->tgid = tgid;
+		c->epoch = epoch;
+	}
+	if ((c->known.lacks & -(1U << LACKS_BITS)) != tables)
+		c->known.lacks = tables;
+}
+
+// learn_lack records that the process of c lacks what: for its next
+// samples on this CPU and, through known_procs, on every CPU.
+static __always_inline void learn_lack(struct seen_proc *c, __u32 what)
+{
+	c->known.lacks |= what;
+	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &c->tgid);
+	if (known && known->generation == c->known.generation)
+		*(volatile __u32 *)&known->lacks = c->known.lacks;
 }
 
 // stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
@@ -563,19 +591,23 @@ static long walk_step(__u64 i, void *arg)
 
 // walk_user writes the current task's user stack to ips walking with unwind
 // tables, and returns its depth; -1 when its process has no tables (the
-// kernel's frame pointer walk applies). in_user says ctx is a perf event's
-// that interrupted user code, whose registers are where the walk starts;
-// else the registers the task saved entering the kernel are.
-static __always_inline long walk_user(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
-				      __u32 gen, __u64 *ips)
+// kernel's frame pointer walk applies). seen is the process. in_user says
+// ctx is a perf event's that interrupted user code, whose registers are
+// where the walk starts; else the registers the task saved entering the
+// kernel are.
+static __always_inline long walk_user(void *ctx, bool in_user, struct task_struct *task,
+				      struct seen_proc *seen, __u64 *ips)
 {
-	if (!unwind_tables)
+	if (!unwind_tables || seen->known.lacks & LACKS_UNWIND)
 		return -1;
 	// Generation 0: listed before its first sample, as the one process
 	// `flint record -p` samples is.
+	__u32 tgid = seen->tgid, gen = seen->known.generation;
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
-	if (!p || (p->generation && p->generation != gen))
+	if (!p || (p->generation && p->generation != gen)) {
+		learn_lack(seen, LACKS_UNWIND);
 		return -1;
+	}
 	struct walk w = {.ips = ips, .proc = p, .tgid = tgid, .generation = gen, .exact = true};
 	if (in_user) {
 		// Loads at fixed offsets of the context, as the verifier wants.
@@ -721,14 +753,16 @@ static long python_frame_step(__u64 i, void *arg)
 }
 
 // python_frames writes the Python frames of the sampled thread to out and
-// returns how many; 0 for a thread of no CPython process. A global
+// returns how many; -1 when the process is not listed as CPython. A global
 // function: the verifier checks it once, not once for each path of its
 // callers, which the unwinder's already multiply.
 __noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase,
 			     struct python_stack *out)
 {
 	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &tgid);
-	if (!p || !out || (p->generation && p->generation != gen))
+	if (!p || (p->generation && p->generation != gen))
+		return -1;
+	if (!out)
 		return 0;
 	__u64 tstate = python_tstate(p, tid, fsbase);
 	struct python_walk w = {.o = &p->o, .out = out->frames};
@@ -764,16 +798,22 @@ static long python_append_step(__u64 i, void *arg)
 
 // user_frames writes the user stack to ips, by unwind tables when the
 // process has them, then the Python frames of a CPython thread, and
-// returns its depth; in_user as walk_user's. python is scratch space for
-// those.
+// returns its depth; seen and in_user as walk_user's. python is scratch
+// space for those.
 static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_struct *task,
-					 __u32 tgid, __u32 tid, __u32 gen, __u64 *ips,
+					 struct seen_proc *seen, __u32 tid, __u64 *ips,
 					 struct python_stack *python)
 {
-	__u32 np = python_frames(tgid, tid, gen, task->thread.fsbase, python);
-	if (np > PY_MAX_FRAMES)
-		np = PY_MAX_FRAMES;
-	long n = walk_user(ctx, in_user, task, tgid, gen, ips);
+	__u32 np = 0;
+	if (!(seen->known.lacks & LACKS_PYTHON)) {
+		int found = python_frames(seen->tgid, tid, seen->known.generation,
+					  task->thread.fsbase, python);
+		if (found < 0)
+			learn_lack(seen, LACKS_PYTHON);
+		else
+			np = found < PY_MAX_FRAMES ? found : PY_MAX_FRAMES;
+	}
+	long n = walk_user(ctx, in_user, task, seen, ips);
 	if (n < 0)
 		n = stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
 	// The Python frames fit in place of the outermost native ones: a
@@ -786,19 +826,18 @@ static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_st
 	return a.len;
 }
 
-// stack_key fills key with the current task's process, thread and stacks,
-// stored in stack_map; in_user as walk_user's.
-static __always_inline void stack_key(void *ctx, bool in_user, struct task_struct *task, __u32 tgid,
-				      __u32 tid, __u32 gen, struct scratch *sc, void *stack_map,
-				      struct sample_key *key)
+// stack_key fills key with the current task's process (sc->seen), thread
+// and stacks, stored in stack_map; in_user as walk_user's.
+static __always_inline void stack_key(void *ctx, bool in_user, struct task_struct *task, __u32 tid,
+				      struct scratch *sc, void *stack_map, struct sample_key *key)
 {
 	__builtin_memset(key, 0, sizeof(*key));
-	key->pid = tgid;
+	key->pid = sc->seen.tgid;
 	key->tid = tid;
-	key->generation = gen;
+	key->generation = sc->seen.known.generation;
 	copy_comm(key->comm, task->group_leader->comm);
 	copy_comm(key->thread, task->comm);
-	sc->user.len = user_frames(ctx, in_user, task, tgid, tid, gen, sc->user.ips, &sc->python);
+	sc->user.len = user_frames(ctx, in_user, task, &sc->seen, tid, sc->user.ips, &sc->python);
 	key->user_stack = store_stack(stack_map, &sc->user, hash_stack(&sc->user));
 	if (kernel_stacks && !in_user) {
 		sc->kernel.len = stack_frames(ctx, sc->kernel.ips, 0, STAT_KERNEL_STACK_ERR);
@@ -813,10 +852,9 @@ static __always_inline void aggregate(struct sample_key *key)
 }
 
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
-				 struct task_struct *task, struct python_stack *python)
+				 struct task_struct *task, struct scratch *sc)
 {
-	__u32 user_len =
-	    user_frames(ctx, user_mode(ctx), task, e->pid, e->tid, e->generation, e->ips, python);
+	__u32 user_len = user_frames(ctx, user_mode(ctx), task, &sc->seen, e->tid, e->ips, &sc->python);
 	e->user_len = user_len;
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
@@ -1033,7 +1071,8 @@ int sample(struct bpf_perf_event_data *ctx)
 
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u32 gen = proc_generation(tgid);
+	see_proc(&sc->seen, tgid);
+	__u32 gen = sc->seen.known.generation;
 
 	if (use_ringbuf) {
 		struct sample_event *e = &sc->event;
@@ -1042,13 +1081,13 @@ int sample(struct bpf_perf_event_data *ctx)
 		e->generation = gen;
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
-		emit(ctx, e, task, &sc->python);
+		emit(ctx, e, task, sc);
 		tell_young_python(task, tgid, gen, &sc->python);
 		return 0;
 	}
 
 	struct sample_key key;
-	stack_key(ctx, user_mode(ctx), task, tgid, tid, gen, sc, &stacks, &key);
+	stack_key(ctx, user_mode(ctx), task, tid, sc, &stacks, &key);
 	aggregate(&key);
 	tell_young_python(task, tgid, gen, &sc->python);
 	return 0;
@@ -1142,8 +1181,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	stack_key(ctx, false, bpf_get_current_task_btf(), tgid, tid, proc_generation(tgid), sc,
-		  &off_cpu_stacks, &out->key);
+	see_proc(&sc->seen, tgid);
+	stack_key(ctx, false, bpf_get_current_task_btf(), tid, sc, &off_cpu_stacks, &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;
 }

@@ -24,11 +24,10 @@ const (
 	profileCfaKindCFA_END       profileCfaKind = 5
 )
 
-type profileGenCache struct {
+type profileKnownProc struct {
 	_          structs.HostLayout
-	Epoch      uint64
-	Tgid       uint32
 	Generation uint32
+	Lacks      uint32
 }
 
 type profileNewProc struct {
@@ -198,7 +197,14 @@ const (
 )
 
 type profileScratch struct {
-	_      structs.HostLayout
+	_    structs.HostLayout
+	Seen struct {
+		_     structs.HostLayout
+		Epoch uint64
+		Tgid  uint32
+		Known profileKnownProc
+		_     [4]byte
+	}
 	Python profilePythonStack
 	Span   profileOffCpuSpan
 	User   profileStackTrace
@@ -244,7 +250,6 @@ type profileUnwindRow struct {
 const (
 	profileMapCounts                = "counts"
 	profileMapKnownProcs            = "known_procs"
-	profileMapLastProc              = "last_proc"
 	profileMapOffCpu                = "off_cpu"
 	profileMapOffCpuSpans           = "off_cpu_spans"
 	profileMapOffCpuStacks          = "off_cpu_stacks"
@@ -272,6 +277,7 @@ const (
 	profileVarOffCpuSample          = "off_cpu_sample"
 	profileVarProcEpoch             = "proc_epoch"
 	profileVarSelfTgid              = "self_tgid"
+	profileVarTablesEpoch           = "tables_epoch"
 	profileVarTargetTgid            = "target_tgid"
 	profileVarUnusedCfaKind         = "unused_cfa_kind"
 	profileVarUnusedNewProc         = "unused_new_proc"
@@ -342,7 +348,6 @@ type profileProgramSpecs struct {
 type profileMapSpecs struct {
 	Counts            *ebpf.MapSpec `ebpf:"counts"`
 	KnownProcs        *ebpf.MapSpec `ebpf:"known_procs"`
-	LastProc          *ebpf.MapSpec `ebpf:"last_proc"`
 	OffCpu            *ebpf.MapSpec `ebpf:"off_cpu"`
 	OffCpuSpans       *ebpf.MapSpec `ebpf:"off_cpu_spans"`
 	OffCpuStacks      *ebpf.MapSpec `ebpf:"off_cpu_stacks"`
@@ -372,6 +377,7 @@ type profileVariableSpecs struct {
 	OffCpuSample          *ebpf.VariableSpec `ebpf:"off_cpu_sample"`
 	ProcEpoch             *ebpf.VariableSpec `ebpf:"proc_epoch"`
 	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TablesEpoch           *ebpf.VariableSpec `ebpf:"tables_epoch"`
 	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.VariableSpec `ebpf:"unused_new_proc"`
@@ -410,7 +416,6 @@ func (o *profileObjects) Close() error {
 type profileMaps struct {
 	Counts            *ebpf.Map `ebpf:"counts"`
 	KnownProcs        *ebpf.Map `ebpf:"known_procs"`
-	LastProc          *ebpf.Map `ebpf:"last_proc"`
 	OffCpu            *ebpf.Map `ebpf:"off_cpu"`
 	OffCpuSpans       *ebpf.Map `ebpf:"off_cpu_spans"`
 	OffCpuStacks      *ebpf.Map `ebpf:"off_cpu_stacks"`
@@ -434,7 +439,6 @@ func (m *profileMaps) Close() error {
 	return _ProfileClose(
 		m.Counts,
 		m.KnownProcs,
-		m.LastProc,
 		m.OffCpu,
 		m.OffCpuSpans,
 		m.OffCpuStacks,
@@ -465,6 +469,7 @@ type profileVariables struct {
 	OffCpuSample          *ebpf.Variable `ebpf:"off_cpu_sample"`
 	ProcEpoch             *ebpf.Variable `ebpf:"proc_epoch"`
 	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
+	TablesEpoch           *ebpf.Variable `ebpf:"tables_epoch"`
 	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedCfaKind         *ebpf.Variable `ebpf:"unused_cfa_kind"`
 	UnusedNewProc         *ebpf.Variable `ebpf:"unused_new_proc"`

@@ -29,7 +29,7 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	if err := s.objs.PythonProcs.Put(pid, &p); err != nil {
 		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
 	}
-	return nil
+	return s.forgetLacks()
 }
 
 // DeletePython stops reading process pid's Python frames. A process

@@ -170,9 +170,9 @@ type Sampler struct {
 	// and in Drain.
 	onYoung func([]byte)
 
-	// rowsEpoch is the program's unwind_epoch, moved after each WriteRows.
-	rowsMu    sync.Mutex
-	rowsEpoch uint32
+	// The program's unwind_epoch, moved after each WriteRows, and its
+	// tables_epoch, moved after each SetPython and SetUnwind.
+	rowsEpoch, tablesEpoch epoch
 
 	// stacks caches stacks read from the kernel by hash, so each distinct
 	// stack crosses once; Trim bounds it.

@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -52,14 +53,25 @@ func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) (err error) {
 
 // forgetFoundRows moves the program's unwind_epoch, after rows were
 // written: rows its walker found before and keeps (row_cache) may have
-// been overwritten, perhaps by another binary's. Each move is in order, so
-// the epoch never returns to a value whose rows are outdated.
+// been overwritten, perhaps by another binary's.
 func (s *Sampler) forgetFoundRows() error {
-	s.rowsMu.Lock()
-	defer s.rowsMu.Unlock()
-	s.rowsEpoch++
-	if err := s.objs.UnwindEpoch.Set(s.rowsEpoch); err != nil {
-		return fmt.Errorf("unwind rows written: move their epoch: %w", err)
+	return s.rowsEpoch.move(s.objs.UnwindEpoch, "unwind rows written")
+}
+
+// epoch is a counter of the program's that user space moves so that the
+// program stops using what it cached under the earlier values. Moves are
+// in order, so an epoch never returns to a value whose cache is outdated.
+type epoch struct {
+	mu sync.Mutex
+	n  uint32
+}
+
+func (e *epoch) move(v *ebpf.Variable, after string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if err := v.Set(e.n); err != nil {
+		return fmt.Errorf("%s: move its epoch: %w", after, err)
 	}
 	return nil
 }
@@ -87,7 +99,14 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 	if err := s.objs.UnwindProcs.Put(pid, &p); err != nil {
 		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
 	}
-	return nil
+	return s.forgetLacks()
+}
+
+// forgetLacks moves the program's tables_epoch, after a process was listed
+// in python_procs or unwind_procs: each CPU may have cached that it was
+// not.
+func (s *Sampler) forgetLacks() error {
+	return s.tablesEpoch.move(s.objs.TablesEpoch, "process listed")
 }
 
 // DeleteUnwind forgets process pid's unwind mappings; its stacks go back

@@ -20,6 +20,65 @@ import (
 // it found for return addresses (row_cache), must use the new ones. The
 // fixture is kept on one CPU, whose cache the first walks fill.
 func TestRowsRewrittenAreUsed(t *testing.T) {
+	f := startPinnedSpin(t)
+	if err := f.s.WriteRows(0, f.rows); err != nil {
+		t.Fatal(err)
+	}
+	f.list(t)
+	before := f.depths(t)
+	var deep uint64
+	for n, c := range before {
+		if n >= 3 { // the function, main, libc's caller of main
+			deep += c
+		}
+	}
+	if deep < 20 {
+		t.Fatalf("stack depths of the spinning functions with their own rows: %v; want 20 or more samples 3 deep or more", before)
+	}
+
+	if err := f.s.WriteRows(0, f.endingRows()); err != nil {
+		t.Fatal(err)
+	}
+	if after := f.depths(t); !allTwoDeep(after) {
+		t.Errorf("stack depths of the spinning functions after their callers' rows ended walks: %v; want 20 or more, all 2 (main's old row used: deeper)", after)
+	}
+}
+
+// TestListedAfterSampled lists the spin fixture for unwinding only after
+// its CPU has sampled it a while unlisted: the program, which caches per
+// CPU that a process has no unwind mappings, must walk it by its rows from
+// then on. The rows end every walk at the spinning function's caller, so
+// a walk by them is 2 deep where the frame pointer walk is deeper.
+func TestListedAfterSampled(t *testing.T) {
+	f := startPinnedSpin(t)
+	if err := f.s.WriteRows(0, f.endingRows()); err != nil {
+		t.Fatal(err)
+	}
+	before := f.depths(t)
+	var total uint64
+	for _, c := range before {
+		total += c
+	}
+	if total < 20 || before[2] != 0 {
+		t.Fatalf("stack depths of the spinning functions unlisted: %v; want 20 or more, none 2 (frame pointers: deeper)", before)
+	}
+	f.list(t)
+	if after := f.depths(t); !allTwoDeep(after) {
+		t.Errorf("stack depths of the spinning functions once listed: %v; want 20 or more, all 2 (the CPU's cache still says unlisted: deeper)", after)
+	}
+}
+
+// pinnedSpin is testdata/fixtures/spin.c running on CPU 0, and a sampler
+// of it with room for its unwind rows.
+type pinnedSpin struct {
+	s      *Sampler
+	pid    int
+	rows   []unwind.Row
+	leaves func(uint64) bool // in a spinning function
+	text   unwind.Mapping
+}
+
+func startPinnedSpin(t *testing.T) *pinnedSpin {
 	requireBPF(t)
 	bin := filepath.Join(t.TempDir(), "spin")
 	out, err := exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-no-pie", "-o", bin,
@@ -33,7 +92,7 @@ func TestRowsRewrittenAreUsed(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var cpu0 unix.CPUSet
 	cpu0.Set(0)
 	if err := unix.SchedSetaffinity(cmd.Process.Pid, &cpu0); err != nil {
@@ -45,65 +104,58 @@ func TestRowsRewrittenAreUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	if err := s.WriteRows(0, rows); err != nil {
+	t.Cleanup(func() { s.Close() })
+	text := unwind.Mapping{Start: start, End: end, Base: rows[0].PC, First: 0, Rows: uint32(len(rows))}
+	return &pinnedSpin{s: s, pid: cmd.Process.Pid, rows: rows, leaves: leaves, text: text}
+}
+
+// list makes the sampler walk the fixture with the rows at index 0.
+func (f *pinnedSpin) list(t *testing.T) {
+	if err := f.s.SetUnwind(uint32(f.pid), 0, []unwind.Mapping{f.text}, false); err != nil {
 		t.Fatal(err)
 	}
-	m := unwind.Mapping{Start: start, End: end, Base: rows[0].PC, First: 0, Rows: uint32(len(rows))}
-	if err := s.SetUnwind(uint32(cmd.Process.Pid), 0, []unwind.Mapping{m}, false); err != nil {
-		t.Fatal(err)
-	}
+}
 
-	// depths returns how many samples of the spinning functions, over
-	// 300 ms, had each user stack depth.
-	depths := func() map[int]uint64 {
-		if _, err := s.Drain(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
-		samples, err := s.Drain()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := map[int]uint64{}
-		for _, smp := range samples {
-			if len(smp.User) > 0 && leaves(smp.User[0]) {
-				d[len(smp.User)] += smp.Count
-			}
-		}
-		return d
-	}
-	before := depths()
-	var deep uint64
-	for n, c := range before {
-		if n >= 3 { // the function, main, libc's caller of main
-			deep += c
-		}
-	}
-	if deep < 20 {
-		t.Fatalf("stack depths of the spinning functions with their own rows: %v; want 20 or more samples 3 deep or more", before)
-	}
-
-	// The same rows but where the spinning functions are: every other
-	// ends the walk, main's included.
-	ends := make([]unwind.Row, len(rows))
-	for i, r := range rows {
+// endingRows returns the fixture's rows but where the spinning functions
+// are: every other ends the walk, main's included.
+func (f *pinnedSpin) endingRows() []unwind.Row {
+	ends := make([]unwind.Row, len(f.rows))
+	for i, r := range f.rows {
 		ends[i] = r
-		if !leaves(r.PC) {
+		if !f.leaves(r.PC) {
 			ends[i] = unwind.Row{PC: r.PC, CFA: unwind.CFAEnd}
 		}
 	}
-	if err := s.WriteRows(0, ends); err != nil {
+	return ends
+}
+
+// depths returns how many samples of the spinning functions, over 300 ms,
+// had each user stack depth.
+func (f *pinnedSpin) depths(t *testing.T) map[int]uint64 {
+	if _, err := f.s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	after := depths()
+	time.Sleep(300 * time.Millisecond)
+	samples, err := f.s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := map[int]uint64{}
+	for _, smp := range samples {
+		if len(smp.User) > 0 && f.leaves(smp.User[0]) {
+			d[len(smp.User)] += smp.Count
+		}
+	}
+	return d
+}
+
+// allTwoDeep reports 20 samples or more by depth d, all of them 2 deep.
+func allTwoDeep(d map[int]uint64) bool {
 	var total uint64
-	for _, c := range after {
+	for _, c := range d {
 		total += c
 	}
-	if total < 20 || after[2] != total {
-		t.Errorf("stack depths of the spinning functions after their callers' rows ended walks: %v; want all 2 (main's old row used: deeper)", after)
-	}
+	return total >= 20 && d[2] == total
 }
 
 // spinRows returns the unwind rows of the spin fixture at bin, and whether
