@@ -197,8 +197,8 @@ func recordFixture(t *testing.T, o RecordOptions) *profile.Profile {
 }
 
 // shares returns, over the samples keep selects, the percentage whose stack
-// holds each of funcs and the percentage that reaches mainFunc: for
-// main.main, or starts at one of goRuntimeRoots.
+// holds each of funcs and the percentage that reaches mainFunc or starts
+// at one of goRuntimeRoots (which a C program has none of).
 func shares(p *profile.Profile, keep func(*profile.Sample) bool, funcs []string, mainFunc string) (got []float64, mainShare float64, total int64) {
 	counts := make([]int64, len(funcs))
 	var reachMain int64
@@ -218,7 +218,7 @@ func shares(p *profile.Profile, keep func(*profile.Sample) bool, funcs []string,
 				counts[i] += s.Count
 			}
 		}
-		if seen[mainFunc] || mainFunc == "main.main" && goRuntimeRoots[outermost(s)] {
+		if seen[mainFunc] || goRuntimeRoots[outermost(s)] {
 			reachMain += s.Count
 		}
 	}

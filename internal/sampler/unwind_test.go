@@ -55,11 +55,7 @@ func TestListedAfterSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.depths(t)
-	var total uint64
-	for _, c := range before {
-		total += c
-	}
-	if total < 20 || before[2] != 0 {
+	if sum(before) < 20 || before[2] != 0 {
 		t.Fatalf("stack depths of the spinning functions unlisted: %v; want 20 or more, none 2 (frame pointers: deeper)", before)
 	}
 	f.list(t)
@@ -151,11 +147,16 @@ func (f *pinnedSpin) depths(t *testing.T) map[int]uint64 {
 
 // allTwoDeep reports 20 samples or more by depth d, all of them 2 deep.
 func allTwoDeep(d map[int]uint64) bool {
-	var total uint64
+	return sum(d) >= 20 && d[2] == sum(d)
+}
+
+// sum returns how many samples d counts, by depth.
+func sum(d map[int]uint64) uint64 {
+	var n uint64
 	for _, c := range d {
-		total += c
+		n += c
 	}
-	return total >= 20 && d[2] == total
+	return n
 }
 
 // spinRows returns the unwind rows of the spin fixture at bin, and whether
