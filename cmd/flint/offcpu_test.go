@@ -16,6 +16,9 @@ import (
 	"time"
 
 	pprofile "github.com/google/pprof/profile"
+
+	"github.com/flint-dev/flint/internal/server"
+	"github.com/flint-dev/flint/internal/store/chtest"
 )
 
 // blockedFixture is a program whose waiting thread spends about 60% of its
@@ -122,6 +125,32 @@ func TestAgentStoredOffCPU(t *testing.T) {
 	fixtures := blockedFixtures(t)
 	const window = 2 * time.Second
 	a := startAgent(t, flint, t.TempDir(), "--off-cpu", "--window", window.String())
+	checkStoredOffCPU(t, flint, fixtures, a, window, &server.Client{URL: "http://" + a.addr}, false)
+	stopAgent(t, a)
+}
+
+// TestFleetOffCPU sends off-CPU time the way a fleet does: the agent's
+// windows through its spool to ClickHouse, read back by `flint server`.
+func TestFleetOffCPU(t *testing.T) {
+	requireRoot(t)
+	srv := chtest.Start(t)
+	flint, _ := build(t)
+	fixtures := blockedFixtures(t)
+	const window = 2 * time.Second
+	a := startAgent(t, flint, t.TempDir(), "--off-cpu", "--window", window.String(), "--store", srv.DSN("fleet"), "--node", "n1")
+	waitSent(t, a, 1) // the schema made
+	fleet := &server.Client{URL: "http://" + freeAddr(t)}
+	startServer(t, "--store", srv.DSN("fleet", "user="+chtest.Reader, "password="+chtest.Password), "--listen", strings.TrimPrefix(fleet.URL, "http://"))
+	waitHealthy(t, []*server.Client{fleet})
+	checkStoredOffCPU(t, flint, fixtures, a, window, fleet, true)
+	stopAgent(t, a)
+}
+
+// checkStoredOffCPU runs each fixture beside agent a, whose windows last
+// window, and checks what stored says of its blocked and CPU time: the
+// agent's own API, or with remote a server over the store the agent
+// sends its windows to.
+func checkStoredOffCPU(t *testing.T, flint string, fixtures []blockedFixture, a *agentProc, window time.Duration, stored *server.Client, remote bool) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
 			from := time.Now().Add(-window) // the window the fixture starts in
@@ -141,11 +170,14 @@ func TestAgentStoredOffCPU(t *testing.T) {
 			life := time.Since(started)
 			syscall.Kill(pid, syscall.SIGKILL)
 			time.Sleep(window + time.Second) // its last window written
+			if remote {
+				waitFor(t, a, time.Minute, "the spool to empty", func() bool { return a.metric(t, "flint_spool_windows") == 0 })
+			}
 			to := time.Now()
 
 			sel := fmt.Sprintf(`{pid="%d"}`, pid)
 			out := filepath.Join(t.TempDir(), "off.pb.gz")
-			args := []string{"query", "--server", "http://" + a.addr, "--type", "off-cpu", "--selector", sel,
+			args := []string{"query", "--server", stored.URL, "--type", "off-cpu", "--selector", sel,
 				"--from", strconv.FormatInt(from.Unix(), 10), "--to", strconv.FormatInt(to.Unix()+1, 10), "-o", out}
 			if msg, err := exec.Command(flint, args...).CombinedOutput(); err != nil {
 				t.Fatalf("flint %s: %v\n%s", strings.Join(args, " "), err, msg)
@@ -169,7 +201,7 @@ func TestAgentStoredOffCPU(t *testing.T) {
 
 			q := url.Values{"format": {"pprof"}, "selector": {sel},
 				"from": {strconv.FormatInt(from.Unix(), 10)}, "to": {strconv.FormatInt(to.Unix()+1, 10)}}
-			cpu, err := pprofile.ParseData(a.get(t, "/api/v1/profile", q))
+			cpu, err := pprofile.ParseData([]byte(fetch(t, stored, "/api/v1/profile", q)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +218,6 @@ func TestAgentStoredOffCPU(t *testing.T) {
 			}
 		})
 	}
-	stopAgent(t, a)
 }
 
 // spentTimes are the nanoseconds a blocked-time fixture says it spent in
