@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -336,18 +337,21 @@ func TestRecordGoInlinedFrames(t *testing.T) {
 }
 
 // TestRecordAgainstGoProfiler compares flint's split with Go's own CPU
-// profile of the same run, recorded until the fixture exits.
+// profile of the same run: the fixture starts its work and its profile
+// once flint samples (a start of flint's takes a second of CPU, half the
+// run), and both end when it exits.
 func TestRecordAgainstGoProfiler(t *testing.T) {
 	requireRoot(t)
 	fx := buildFixtures(t)
 	goProf := filepath.Join(t.TempDir(), "go.pprof")
-	cmd := startFixture(t, fx["go"], "-d", strconv.FormatFloat(testCPU.Seconds(), 'f', -1, 64), "-cpuprofile", goProf, "-rate", "500")
+	cmd := startFixture(t, fx["go"], "-d", strconv.FormatFloat(testCPU.Seconds(), 'f', -1, 64), "-cpuprofile", goProf, "-rate", "500", "-wait")
 	span := fixture.Start(t, cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var waitErr error
 	ended := false
-	res := record(t, RecordOptions{PID: cmd.Process.Pid}, func(Progress) bool {
+	o := RecordOptions{PID: cmd.Process.Pid, Loaded: func() error { return cmd.Process.Signal(syscall.SIGUSR1) }}
+	res := record(t, o, func(Progress) bool {
 		select {
 		case waitErr = <-exited:
 			ended = true
