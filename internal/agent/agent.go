@@ -371,6 +371,9 @@ func (a *Agent) loop(ctx context.Context) {
 					close(r.done)
 					continue
 				}
+				// From when the off-CPU program is attached: the
+				// first time, it is loaded first.
+				now = time.Now()
 			}
 			r.start, r.until = now, now.Add(r.duration)
 			a.liveMu.Lock()

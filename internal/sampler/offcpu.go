@@ -58,6 +58,11 @@ func (s *Sampler) attachOffCPU() error {
 	if !s.offCPUOn || s.offCPU != nil {
 		return nil
 	}
+	if s.objs.OnSwitch == nil {
+		if err := s.loadOffCPU(); err != nil {
+			return classify(fmt.Errorf("load off-CPU program: %w", err))
+		}
+	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnSwitch})
 	if err != nil {
 		return classify(fmt.Errorf("attach off-CPU probe: %w", err))

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"strconv"
@@ -157,9 +158,10 @@ type Sampler struct {
 	events   []int // perf event fds, one per CPU
 	links    []link.Link
 	tps      []link.Link
-	offCPU   link.Link // while recording off-CPU time
-	offCPUOn bool      // SetOffCPU(true)
-	running  bool      // between Resume and Stop
+	sections *ebpf.Collection // the data sections' maps (load)
+	offCPU   link.Link        // while recording off-CPU time
+	offCPUOn bool             // SetOffCPU(true)
+	running  bool             // between Resume and Stop
 	procs    *ring
 	stale    *ring
 	young    *ring // python_young
@@ -169,6 +171,10 @@ type Sampler struct {
 	// onYoung handles a python_young record: in the reader a record woke,
 	// and in Drain.
 	onYoung func([]byte)
+
+	// Until the off-CPU program is loaded, what loadOffCPU loads it from.
+	offCPUSpec *ebpf.CollectionSpec
+	offCPUMaps map[string]*ebpf.Map
 
 	// The program's unwind_epoch, moved after each WriteRows, and its
 	// tables_epoch, moved after each SetPython and SetUnwind.
@@ -256,13 +262,21 @@ func Start(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-// load loads the maps and programs of spec into s.objs; the off-CPU
-// program only with Options.OffCPU: the verifier's work for it is most of
-// a start's CPU time (docs/BENCHMARKS.md, "Off-CPU time").
+// load loads the maps and the programs of spec into s.objs, but for the
+// off-CPU program: its verification is half an agent's start-up CPU
+// (docs/BENCHMARKS.md, "Off-CPU time"), which a sampler never asked for
+// off-CPU time need not spend. With Options.OffCPU, attachOffCPU loads
+// it, the first time, over these maps (s.offCPUSpec).
 func (s *Sampler) load(spec *ebpf.CollectionSpec) error {
-	if s.opts.OffCPU != nil {
-		return spec.LoadAndAssign(&s.objs, nil)
+	eager := spec.Copy()
+	delete(eager.Programs, "on_switch")
+	coll, err := ebpf.NewCollection(eager)
+	if err != nil {
+		return err
 	}
+	// The data sections' maps too: the program reads its constants and
+	// counters from the ones loaded here.
+	all := maps.Clone(coll.Maps)
 	var objs struct {
 		profileMaps
 		profileVariables
@@ -270,11 +284,29 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec) error {
 		OnFork *ebpf.Program `ebpf:"on_fork"`
 		Sample *ebpf.Program `ebpf:"sample"`
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := coll.Assign(&objs); err != nil {
+		coll.Close()
 		return err
 	}
+	s.sections = coll // what Assign left: the data sections' maps
 	s.objs.profileMaps, s.objs.profileVariables = objs.profileMaps, objs.profileVariables
 	s.objs.OnExec, s.objs.OnFork, s.objs.Sample = objs.OnExec, objs.OnFork, objs.Sample
+	if s.opts.OffCPU != nil {
+		s.offCPUSpec, s.offCPUMaps = spec, all
+	}
+	return nil
+}
+
+// loadOffCPU loads the off-CPU program over the maps load loaded.
+func (s *Sampler) loadOffCPU() error {
+	var objs struct {
+		OnSwitch *ebpf.Program `ebpf:"on_switch"`
+	}
+	if err := s.offCPUSpec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: s.offCPUMaps}); err != nil {
+		return err
+	}
+	s.objs.OnSwitch = objs.OnSwitch
+	s.offCPUSpec, s.offCPUMaps = nil, nil
 	return nil
 }
 
@@ -551,6 +583,9 @@ func (s *Sampler) Close() error {
 		}
 	}
 	s.procs, s.stale, s.young, s.samples = nil, nil, nil, nil
+	if s.sections != nil {
+		s.sections.Close()
+	}
 	return s.objs.Close()
 }
 
