@@ -310,6 +310,31 @@ func (s *Sampler) loadOffCPU() error {
 	return nil
 }
 
+// epoch is a counter of the program's that user space moves so that the
+// program stops using what it cached under the earlier values. Moves are
+// in order, so an epoch never returns to a value whose cache is outdated.
+type epoch struct {
+	mu sync.Mutex
+	n  uint32
+}
+
+func (e *epoch) move(v *ebpf.Variable, after string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if err := v.Set(e.n); err != nil {
+		return fmt.Errorf("%s: move its epoch: %w", after, err)
+	}
+	return nil
+}
+
+// forgetLacks moves the program's tables_epoch, after a process was listed
+// in python_procs or unwind_procs: each CPU may have cached that it was
+// not.
+func (s *Sampler) forgetLacks() error {
+	return s.tablesEpoch.move(s.objs.TablesEpoch, "process listed")
+}
+
 // ringSize holds 4 s of samples (callers drain it half full) from every CPU
 // at ~512 bytes a sample, within [256 KiB, 64 MiB] (a power of two). Pages of
 // the ring count in flint's RSS once written, so it is no larger.

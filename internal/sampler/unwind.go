@@ -3,7 +3,6 @@ package sampler
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -58,24 +57,6 @@ func (s *Sampler) forgetFoundRows() error {
 	return s.rowsEpoch.move(s.objs.UnwindEpoch, "unwind rows written")
 }
 
-// epoch is a counter of the program's that user space moves so that the
-// program stops using what it cached under the earlier values. Moves are
-// in order, so an epoch never returns to a value whose cache is outdated.
-type epoch struct {
-	mu sync.Mutex
-	n  uint32
-}
-
-func (e *epoch) move(v *ebpf.Variable, after string) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n++
-	if err := v.Set(e.n); err != nil {
-		return fmt.Errorf("%s: move its epoch: %w", after, err)
-	}
-	return nil
-}
-
 // SetUnwind makes the sampler walk the user stacks of process pid's image
 // generation with unwind rows: ms are its executable mappings sorted by
 // address (at most MaxUnwindMappings), each naming its rows as WriteRows
@@ -100,13 +81,6 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
 	}
 	return s.forgetLacks()
-}
-
-// forgetLacks moves the program's tables_epoch, after a process was listed
-// in python_procs or unwind_procs: each CPU may have cached that it was
-// not.
-func (s *Sampler) forgetLacks() error {
-	return s.tablesEpoch.move(s.objs.TablesEpoch, "process listed")
 }
 
 // DeleteUnwind forgets process pid's unwind mappings; its stacks go back
