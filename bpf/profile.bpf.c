@@ -45,8 +45,9 @@ struct {
 
 // What a process lacks: the lookups that found nothing for it, which its
 // samples then skip. Each touches memory that is cold again by the next
-// tick, 1-4 us a sample on some machines (docs/BENCHMARKS.md); most
-// processes are neither CPython nor walked by unwind rows (Go services).
+// tick: 1.4-1.6 us a sample for python_procs on an AMD EPYC VM
+// (docs/BENCHMARKS.md); most processes are neither CPython nor walked by
+// unwind rows (Go services).
 enum {
 	LACKS_PYTHON = 1, // no python_procs entry for its generation
 	LACKS_UNWIND = 2, // no unwind_procs entry for its generation
