@@ -324,17 +324,26 @@ func logMeasured(t *testing.T, prefix string, d *Data, pid int) {
 		PrintShare: tiny, PrintMinCPU: tiny, StdioWriteRate: tiny, StdioWriteBytes: tiny, StdioWriteMinCPU: tiny,
 		UprobeHitCost: time.Nanosecond, ProbeCost: tiny,
 	}
+	judged := false
 	for _, f := range of(AnalyzeWith(d, all), pid) {
 		var values []string
 		if f.ID == "go-runtime-overhead" { // the sum the threshold applies to
 			values = append(values, fmt.Sprintf("runtime_share=%.4g", runtimeBreakdown(d, pid).overhead()))
+			judged = true
 		}
 		for _, e := range f.Evidence {
 			if e.Unit != "" {
-				values = append(values, fmt.Sprintf("%s=%.4g", strings.ReplaceAll(e.Name, " ", "_"), e.Value))
+				values = append(values, fmt.Sprintf("%s=%.4g", e.Name, e.Value))
 			}
 		}
 		t.Logf("%s: %s %s", prefix, f.ID, strings.Join(values, " "))
+	}
+	// A Go process with too few samples (or CPU) to be judged: its shares
+	// still, which count in a run where it has enough.
+	if p := d.Processes[pid]; !judged && p != nil && p.Go != nil {
+		b := runtimeBreakdown(d, pid)
+		t.Logf("%s: go-runtime-overhead unjudged_samples=%d unjudged_runtime_share=%.4g unjudged_idle_share=%.4g",
+			prefix, b.total, b.overhead(), b.share(classIdle))
 	}
 }
 
