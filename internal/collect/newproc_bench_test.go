@@ -55,6 +55,23 @@ func startMapper(b *testing.B) int {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// startSleepers starts n sleep processes, killed at the end, and returns
+// their PIDs, not looked up in /proc.
+func startSleepers(b *testing.B, n int) []int {
+	b.Helper()
+	pids := make([]int, n)
+	for i := range pids {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pids[i] = cmd.Process.Pid
+	}
+	time.Sleep(100 * time.Millisecond) // past exec: sleep's own mappings
+	return pids
+}
+
 // cpuTime is the CPU time this process has used. On a shared machine the
 // wall time per operation counts the time other work held the CPU; the
 // CPU time per operation is what the agent would spend.
@@ -93,6 +110,38 @@ func BenchmarkNewProc(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+	// sleep processes, each learned once as the agent learns a new one
+	// (new-pid), or one of them again and again as warm does (same-pid):
+	// the kernel builds /proc/PID's entries on the first look only. The
+	// processes start before the measured CPU time; sleep's files are
+	// known after the first.
+	for _, fresh := range []bool{false, true} {
+		name := "sleep-same-pid"
+		if fresh {
+			name = "sleep-new-pid"
+		}
+		b.Run(name, func(b *testing.B) {
+			sym := symbol.New()
+			defer sym.Close()
+			c := New(sym, "")
+			n := 1
+			if fresh {
+				n += b.N // b.Loop would not say how many
+			}
+			pids := startSleepers(b, n)
+			c.NewProc(uint32(pids[0]), 0)
+			b.ResetTimer()
+			cpu := cpuTime()
+			for i := range b.N {
+				if fresh {
+					c.NewProc(uint32(pids[i+1]), 0)
+				} else {
+					c.NewProc(uint32(pids[0]), uint32(i+1))
+				}
+			}
+			reportCPU(b, cpu)
+		})
+	}
 	b.Run("cold", func(b *testing.B) {
 		cpu := cpuTime()
 		for b.Loop() {
