@@ -115,12 +115,12 @@ func BenchmarkNewProc(b *testing.B) {
 	// the kernel builds /proc/PID's entries on the first look only. The
 	// processes start before the measured CPU time; sleep's files are
 	// known after the first.
-	for _, fresh := range []bool{false, true} {
-		name := "sleep-same-pid"
-		if fresh {
-			name = "sleep-new-pid"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, run := range []struct {
+		name  string
+		fresh bool
+	}{{"sleep-same-pid", false}, {"sleep-new-pid", true}} {
+		fresh := run.fresh
+		b.Run(run.name, func(b *testing.B) {
 			sym := symbol.New()
 			defer sym.Close()
 			c := New(sym, "")
