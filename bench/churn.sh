@@ -50,22 +50,30 @@ churn_start() {
 
 churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; }
 
-# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints one line:
+# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints two lines:
 # agent and BPF CPU (% of one core) with churn off and on, the processes
-# started, and the agent+BPF CPU per new process in ms.
+# started, and the agent+BPF CPU per new process in ms; then what a new
+# process brings the BPF programs: the samples taken more, the BPF time
+# of each, and the Python code objects copied.
 churn_phases() {
-	local agent=$1 metric=$2 cpu=$3 count c0 b0 c1 b1 c2 b2 n
+	local agent=$1 metric=$2 cpu=$3 count c0 b0 t0 c1 b1 t1 p1 c2 b2 t2 p2 n
 	count=$(mktemp)
-	c0=$($cpu "$agent"); b0=$($metric flint_bpf_run_seconds_total)
+	c0=$($cpu "$agent"); b0=$($metric flint_bpf_run_seconds_total); t0=$($metric flint_samples_total)
 	sleep "$PHASE"
-	c1=$($cpu "$agent"); b1=$($metric flint_bpf_run_seconds_total)
+	c1=$($cpu "$agent"); b1=$($metric flint_bpf_run_seconds_total); t1=$($metric flint_samples_total)
+	p1=$($metric flint_python_codes_copied_total)
 	churn_start "$count"
 	sleep "$PHASE"
 	churn_stop
-	c2=$($cpu "$agent"); b2=$($metric flint_bpf_run_seconds_total)
+	c2=$($cpu "$agent"); b2=$($metric flint_bpf_run_seconds_total); t2=$($metric flint_samples_total)
+	p2=$($metric flint_python_codes_copied_total)
 	n=$(stat -c %s "$count"); rm -f "$count"
-	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v s="$PHASE" -v n="$n" -v cores="$(nproc)" 'BEGIN {
+	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v t0="$t0" -v t1="$t1" -v t2="$t2" \
+		-v p1="$p1" -v p2="$p2" -v s="$PHASE" -v n="$n" -v cores="$(nproc)" 'BEGIN {
 		off = (c1 - c0 + b1 - b0); on = (c2 - c1 + b2 - b1)
 		printf "no churn: agent %.3f%% + BPF %.3f%% of a core; %.1f new processes/s: agent %.3f%% + BPF %.3f%% of a core = %.3f%% of the machine; %.3f ms CPU a new process (%d started)\n",
-			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1) / s, 100 * (b2 - b1) / s, 100 * on / s / cores, 1000 * (on - off) / n, n }'
+			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1) / s, 100 * (b2 - b1) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
+		more = (t2 - t1) - (t1 - t0)
+		printf "a new process: %.1f samples more, %.0f us of BPF, %.1f us a sample more; %.1f Python code objects copied\n",
+			more / n, 1e6 * ((b2 - b1) - (b1 - b0)) / n, (more > 0 ? 1e6 * ((b2 - b1) - (b1 - b0)) / more : 0), (p2 - p1) / n }'
 }
