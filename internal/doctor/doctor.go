@@ -245,8 +245,9 @@ func DefaultThresholds() Thresholds {
 		// to the quota 31% (19 points), the order service without its print
 		// 33% (17 points; judged only when it reaches 200 samples in a run,
 		// as in CI, where it measured 54% with idle time counted); the
-		// allocating parser at least 58% (8 points above). Go's default GOMAXPROCS of 2 on a 1-CPU quota measures
-		// 41-48%: near the threshold, and rightly (see TestGOMAXPROCSQuota).
+		// allocating parser at least 58% (8 points above). Go's default
+		// GOMAXPROCS of 2 on a 1-CPU quota measures 32-48%: near the
+		// threshold, and rightly (see TestGOMAXPROCSQuota).
 		RuntimeShare:  0.5,
 		RuntimeMinCPU: 0.1,
 
