@@ -22,9 +22,9 @@ import (
 // (netpoll) and sysmon, the monitor thread. They cost the most in a lightly
 // loaded server, where they are the price of going idle between requests
 // and no change to the program's work lowers them (a Go HTTP server at 300
-// requests/s, 0.13 CPU on a VM where syscalls are dear, spent 24% of its
-// samples there and 27% in the rest of the runtime). The finding shows
-// that share as evidence.
+// requests/s, 0.11-0.13 CPU on a VM where system calls are dear, spent
+// 22-25% of its samples there and 19-33% in the rest of the runtime,
+// docs/BENCHMARKS.md). The finding shows that share as evidence.
 //
 // It fires when GC + scheduler + allocation + stack growth reach
 // RuntimeShare of the process's samples (50%: a busy, allocation-heavy but
