@@ -7,7 +7,7 @@
 #	sudo SECONDS_EACH=120 ROUNDS=2 bench/agent-ab.sh A-FLAGS B-FLAGS
 #	sudo A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # another build as A
 #	sudo CHURN=10 A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # under churn
-#	sudo LOAD=none WARMUP=60 CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
+#	sudo LOAD=none WARMUP=150 CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
 #
 # A_BIN and B_BIN default to a build of this checkout. With LOAD=none the
 # spin fixtures do not run: what the agent spends on churn alone shows
@@ -15,7 +15,10 @@
 # WARMUP seconds (25), then its CPU (the sum of its threads' run time in
 # /proc/PID/task/*/schedstat, in ns) and flint_bpf_run_seconds_total
 # (/metrics) are read over SECONDS_EACH; with CHURN=N, over PHASE seconds
-# without and PHASE seconds with N new processes a second (bench/churn.sh).
+# without and, after CHURN_WARM seconds of it, PHASE seconds with N new
+# processes a second (bench/churn.sh). The agent's CPU settles two to
+# three minutes after its start (its store learning the node's stacks):
+# churn figures want WARMUP=150 or more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/churn.sh

@@ -17,10 +17,11 @@
 # per sample. Start-up: the agent's CPU from exec until /metrics first
 # reports a sample. Then the store benchmarks replay the agent's windows
 # into 24 hours (8640 windows) and time 1 h and 24 h flame graph queries
-# over them. With CHURN=N, the agent then runs PHASE seconds without and
-# PHASE seconds with N short-lived processes a second (bench/churn.sh): its
-# CPU and its BPF programs' in both, and the CPU per new process. Results
-# go to bench/results/agent-<date>/.
+# over them. With CHURN=N, the agent then runs PHASE seconds without and,
+# after CHURN_WARM seconds of it, PHASE seconds with N short-lived
+# processes a second (bench/churn.sh): its CPU and its BPF programs' in
+# both, and the CPU per new process. Results go to
+# bench/results/agent-<date>/.
 set -euo pipefail
 
 STEADY=${STEADY:-300}

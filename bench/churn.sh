@@ -13,8 +13,10 @@
 
 CHURN=${CHURN:-0}
 PHASE=${PHASE:-60}
+CHURN_WARM=${CHURN_WARM:-60}
 [[ $CHURN =~ ^[0-9]+$ ]] || { echo "bench: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
 [[ $PHASE =~ ^[0-9]+$ && $PHASE -ge 10 ]] || { echo "bench: PHASE=$PHASE: want whole seconds, at least 10" >&2; exit 1; }
+[[ $CHURN_WARM =~ ^[0-9]+$ ]] || { echo "bench: CHURN_WARM=$CHURN_WARM: want whole seconds" >&2; exit 1; }
 case ${CHURN_WITH:=python} in
 python)
 	# python3 may be a shim script (pyenv) that forks several processes
@@ -55,25 +57,34 @@ churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/n
 # started, and the agent+BPF CPU per new process in ms; then what a new
 # process brings the BPF programs: the samples taken more, the BPF time
 # of each, and the Python code objects copied.
+#
+# Both phases are steady states. The churn runs CHURN_WARM seconds (60)
+# before its phase is measured, and on through it: what a new process
+# costs the agent after it is gone (its window written, its snapshot
+# forgotten, the garbage it left collected) falls in the phase as it
+# would on a node that always has churn, and a node that runs the same
+# job every second has its files, stacks and functions known already.
 churn_phases() {
-	local agent=$1 metric=$2 cpu=$3 count c0 b0 t0 c1 b1 t1 p1 c2 b2 t2 p2 n
+	local agent=$1 metric=$2 cpu=$3 count c0 b0 t0 c1 b1 t1 c1w b1w t1w p1 n1 c2 b2 t2 p2 n2
 	count=$(mktemp)
 	c0=$($cpu "$agent"); b0=$($metric flint_bpf_run_seconds_total); t0=$($metric flint_samples_total)
 	sleep "$PHASE"
 	c1=$($cpu "$agent"); b1=$($metric flint_bpf_run_seconds_total); t1=$($metric flint_samples_total)
-	p1=$($metric flint_python_codes_copied_total)
 	churn_start "$count"
+	sleep "$CHURN_WARM"
+	c1w=$($cpu "$agent"); b1w=$($metric flint_bpf_run_seconds_total); t1w=$($metric flint_samples_total)
+	p1=$($metric flint_python_codes_copied_total); n1=$(stat -c %s "$count")
 	sleep "$PHASE"
-	churn_stop
 	c2=$($cpu "$agent"); b2=$($metric flint_bpf_run_seconds_total); t2=$($metric flint_samples_total)
-	p2=$($metric flint_python_codes_copied_total)
-	n=$(stat -c %s "$count"); rm -f "$count"
-	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v t0="$t0" -v t1="$t1" -v t2="$t2" \
-		-v p1="$p1" -v p2="$p2" -v s="$PHASE" -v n="$n" -v cores="$(nproc)" 'BEGIN {
-		off = (c1 - c0 + b1 - b0); on = (c2 - c1 + b2 - b1)
+	p2=$($metric flint_python_codes_copied_total); n2=$(stat -c %s "$count")
+	churn_stop
+	rm -f "$count"
+	awk -v c0="$c0" -v c1="$c1" -v c1w="$c1w" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b1w="$b1w" -v b2="$b2" \
+		-v t0="$t0" -v t1="$t1" -v t1w="$t1w" -v t2="$t2" -v p1="$p1" -v p2="$p2" -v s="$PHASE" -v n="$((n2 - n1))" -v cores="$(nproc)" 'BEGIN {
+		off = (c1 - c0 + b1 - b0); on = (c2 - c1w + b2 - b1w)
 		printf "no churn: agent %.3f%% + BPF %.3f%% of a core; %.1f new processes/s: agent %.3f%% + BPF %.3f%% of a core = %.3f%% of the machine; %.3f ms CPU a new process (%d started)\n",
-			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1) / s, 100 * (b2 - b1) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
-		more = (t2 - t1) - (t1 - t0)
+			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1w) / s, 100 * (b2 - b1w) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
+		more = (t2 - t1w) - (t1 - t0)
 		printf "a new process: %.1f samples more, %.0f us of BPF, %.1f us a sample more; %.1f Python code objects copied\n",
-			more / n, 1e6 * ((b2 - b1) - (b1 - b0)) / n, (more > 0 ? 1e6 * ((b2 - b1) - (b1 - b0)) / more : 0), (p2 - p1) / n }'
+			more / n, 1e6 * ((b2 - b1w) - (b1 - b0)) / n, (more > 0 ? 1e6 * ((b2 - b1w) - (b1 - b0)) / more : 0), (p2 - p1) / n }'
 }
