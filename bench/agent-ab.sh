@@ -7,18 +7,18 @@
 #	sudo SECONDS_EACH=120 ROUNDS=2 bench/agent-ab.sh A-FLAGS B-FLAGS
 #	sudo A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # another build as A
 #	sudo CHURN=10 A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # under churn
-#	sudo LOAD=none WARMUP=150 CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
+#	sudo LOAD=none CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
 #
 # A_BIN and B_BIN default to a build of this checkout. With LOAD=none the
 # spin fixtures do not run: what the agent spends on churn alone shows
 # best on an otherwise quiet node. Each run: the agent starts, warms up
-# WARMUP seconds (25), then its CPU (the sum of its threads' run time in
-# /proc/PID/task/*/schedstat, in ns) and flint_bpf_run_seconds_total
-# (/metrics) are read over SECONDS_EACH; with CHURN=N, over PHASE seconds
-# without and, after CHURN_WARM seconds of it, PHASE seconds with N new
-# processes a second (bench/churn.sh). The agent's CPU settles two to
-# three minutes after its start (its store learning the node's stacks):
-# churn figures want WARMUP=150 or more.
+# WARMUP seconds (25; 150 with CHURN), then its CPU (the sum of its
+# threads' run time in /proc/PID/task/*/schedstat, in ns) and
+# flint_bpf_run_seconds_total (/metrics) are read over SECONDS_EACH; with
+# CHURN=N, over PHASE seconds without and, after CHURN_WARM seconds of it,
+# PHASE seconds with N new processes a second (bench/churn.sh). The agent's CPU takes minutes to
+# settle after its start (its store learning the node's stacks), which a
+# churn figure, a difference, would take for the churn's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/churn.sh
@@ -41,12 +41,15 @@ if [[ $LOAD == spin ]]; then
 fi
 addr=127.0.0.1:7098
 cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
-metric() { curl -s "http://$addr/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+metric() { # NAME...: their values, in the order asked, from one read of /metrics
+	curl -s "http://$addr/metrics" | awk -v names="$*" 'BEGIN { n = split(names, want, " ") }
+		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
+}
 run() { # binary flags
 	local data; data=$(mktemp -d -p "$tmp")
 	# shellcheck disable=SC2086 # the flags are words
 	"$1" agent --data-dir "$data" --listen "$addr" $2 2>"$data.log" & local a=$!
-	sleep "${WARMUP:-25}"
+	sleep "${WARMUP:-$((CHURN > 0 ? 150 : 25))}"
 	if ((CHURN > 0)); then
 		echo "$1 [$2]: $(churn_phases $a metric cpu)"
 		kill $a; wait $a || true

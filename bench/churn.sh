@@ -65,26 +65,27 @@ churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/n
 # would on a node that always has churn, and a node that runs the same
 # job every second has its files, stacks and functions known already.
 churn_phases() {
-	local agent=$1 metric=$2 cpu=$3 count c0 b0 t0 c1 b1 t1 c1w b1w t1w p1 n1 c2 b2 t2 p2 n2
+	local agent=$1 metric=$2 cpu=$3 count off on warm end
 	count=$(mktemp)
-	c0=$($cpu "$agent"); b0=$($metric flint_bpf_run_seconds_total); t0=$($metric flint_samples_total)
+	# A reading: agent CPU, BPF run time, samples, Python code objects
+	# copied (one read of /metrics: each curl is a new process), runs started.
+	reading() { echo "$($cpu "$agent") $($metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
+	off=$(reading)
 	sleep "$PHASE"
-	c1=$($cpu "$agent"); b1=$($metric flint_bpf_run_seconds_total); t1=$($metric flint_samples_total)
+	on=$(reading)
 	churn_start "$count"
 	sleep "$CHURN_WARM"
-	c1w=$($cpu "$agent"); b1w=$($metric flint_bpf_run_seconds_total); t1w=$($metric flint_samples_total)
-	p1=$($metric flint_python_codes_copied_total); n1=$(stat -c %s "$count")
+	warm=$(reading)
 	sleep "$PHASE"
-	c2=$($cpu "$agent"); b2=$($metric flint_bpf_run_seconds_total); t2=$($metric flint_samples_total)
-	p2=$($metric flint_python_codes_copied_total); n2=$(stat -c %s "$count")
+	end=$(reading)
 	churn_stop
 	rm -f "$count"
-	awk -v c0="$c0" -v c1="$c1" -v c1w="$c1w" -v c2="$c2" -v b0="$b0" -v b1="$b1" -v b1w="$b1w" -v b2="$b2" \
-		-v t0="$t0" -v t1="$t1" -v t1w="$t1w" -v t2="$t2" -v p1="$p1" -v p2="$p2" -v s="$PHASE" -v n="$((n2 - n1))" -v cores="$(nproc)" 'BEGIN {
-		off = (c1 - c0 + b1 - b0); on = (c2 - c1w + b2 - b1w)
+	awk -v r0="$off" -v r1="$on" -v r2="$warm" -v r3="$end" -v s="$PHASE" -v cores="$(nproc)" 'BEGIN {
+		split(r0, a); split(r1, b); split(r2, c); split(r3, d) # 1 CPU, 2 BPF, 3 samples, 4 copies, 5 runs
+		n = d[5] - c[5]; off = b[1] - a[1] + b[2] - a[2]; on = d[1] - c[1] + d[2] - c[2]
 		printf "no churn: agent %.3f%% + BPF %.3f%% of a core; %.1f new processes/s: agent %.3f%% + BPF %.3f%% of a core = %.3f%% of the machine; %.3f ms CPU a new process (%d started)\n",
-			100 * (c1 - c0) / s, 100 * (b1 - b0) / s, n / s, 100 * (c2 - c1w) / s, 100 * (b2 - b1w) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
-		more = (t2 - t1w) - (t1 - t0)
+			100 * (b[1] - a[1]) / s, 100 * (b[2] - a[2]) / s, n / s, 100 * (d[1] - c[1]) / s, 100 * (d[2] - c[2]) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
+		more = (d[3] - c[3]) - (b[3] - a[3]); bpf = (d[2] - c[2]) - (b[2] - a[2])
 		printf "a new process: %.1f samples more, %.0f us of BPF, %.1f us a sample more; %.1f Python code objects copied\n",
-			more / n, 1e6 * ((b2 - b1w) - (b1 - b0)) / n, (more > 0 ? 1e6 * ((b2 - b1w) - (b1 - b0)) / more : 0), (p2 - p1) / n }'
+			more / n, 1e6 * bpf / n, (more > 0 ? 1e6 * bpf / more : 0), (d[4] - c[4]) / n }'
 }
