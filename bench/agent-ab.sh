@@ -41,10 +41,6 @@ if [[ $LOAD == spin ]]; then
 fi
 addr=127.0.0.1:7098
 cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
-metric() { # NAME...: their values, in the order asked, from one read of /metrics
-	curl -s "http://$addr/metrics" | awk -v names="$*" 'BEGIN { n = split(names, want, " ") }
-		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
-}
 run() { # binary flags
 	local data; data=$(mktemp -d -p "$tmp")
 	# shellcheck disable=SC2086 # the flags are words

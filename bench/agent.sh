@@ -73,10 +73,6 @@ done
 # (/proc/PID/stat's utime+stime count whole 10 ms ticks).
 # A thread that exits between the glob and the read is not an error.
 cpu_s() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
-metric() { # NAME...: their values, in the order asked, from one read of /metrics
-	curl -s "http://$addr/metrics" | awk -v names="$*" 'BEGIN { n = split(names, want, " ") }
-		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
-}
 
 addr=127.0.0.1:7079
 data=$(mktemp -d)

@@ -1,5 +1,6 @@
 # churn.sh: short-lived processes at a fixed rate, and what the agent
-# spends on them; sourced by agent.sh and agent-ab.sh when CHURN is set.
+# spends on them; sourced by agent.sh and agent-ab.sh, which read the
+# agent's metrics with its metric.
 #
 # Each new process is a real python3 run (a few imports, ~33 ms of CPU:
 # sampled about three times at 99 Hz, so the agent learns it) started CHURN times a
@@ -51,6 +52,14 @@ churn_start() {
 }
 
 churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; }
+
+# metric NAME...: the agent's metrics (it listens on $addr), their values
+# in the order asked (0 for one it does not report), from one read of
+# /metrics: each curl is a new process the agent learns.
+metric() {
+	curl -s "http://$addr/metrics" | awk -v names="$*" 'BEGIN { n = split(names, want, " ") }
+		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
+}
 
 # churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints two lines:
 # agent and BPF CPU (% of one core) with churn off and on, the processes
