@@ -90,16 +90,14 @@ say "start-up to first sample: ${startup} s CPU"
 
 say "warming up for ${WARMUP} s"
 sleep "$WARMUP"
-cpu0=$(cpu_s $agent); bpf0=$(metric flint_bpf_run_seconds_total); samples0=$(metric flint_samples_written_total)
-taken0=$(metric flint_samples_total); progs $agent >"$out/progs0.tsv"
-spans0=$(metric flint_off_cpu_spans_total); offlost0=$(metric flint_off_cpu_lost_total); busy0=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
+steady_metrics="flint_bpf_run_seconds_total flint_samples_written_total flint_samples_total flint_off_cpu_spans_total flint_off_cpu_lost_total"
+cpu0=$(cpu_s $agent); read -r bpf0 samples0 taken0 spans0 offlost0 < <(metric $steady_metrics)
+progs $agent >"$out/progs0.tsv"; busy0=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
 say "steady state for ${STEADY} s"
 sleep "$STEADY"
-cpu1=$(cpu_s $agent); bpf1=$(metric flint_bpf_run_seconds_total); samples1=$(metric flint_samples_written_total)
-taken1=$(metric flint_samples_total); progs $agent >"$out/progs1.tsv"
-spans1=$(metric flint_off_cpu_spans_total); offlost1=$(metric flint_off_cpu_lost_total); busy1=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
-walks=$(metric flint_unwind_walks_total); complete=$(metric flint_unwind_complete_total)
-rows=$(metric flint_unwind_rows); binaries=$(metric flint_unwind_binaries)
+cpu1=$(cpu_s $agent); read -r bpf1 samples1 taken1 spans1 offlost1 < <(metric $steady_metrics)
+progs $agent >"$out/progs1.tsv"; busy1=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
+read -r walks complete rows binaries < <(metric flint_unwind_walks_total flint_unwind_complete_total flint_unwind_rows flint_unwind_binaries)
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
 store=$(du -sb "$data" | cut -f1)
 written=$(metric flint_samples_written_total)
