@@ -87,7 +87,8 @@ func (c *Collector) SetNamer(n Namer) { c.namer = n }
 func (c *Collector) SetJIT(request func(pid int)) { c.jit = request }
 
 // Unwinder walks the stacks of the processes it learns without frame
-// pointers (unwind.Tables). Neither method may block.
+// pointers (unwind.Tables). Neither method may wait for more than its
+// own work: a Kernel write, opening a file (Learn).
 type Unwinder interface {
 	Learn(p *proc.Process, generation uint32)
 	Forget(pid, generation uint32)

@@ -69,7 +69,7 @@ type TableStats struct {
 	Malformed  uint64 // binaries whose CFI could not be read: frame pointers
 	OverBudget uint64 // tables not loaded for want of room
 	Unusable   uint64 // tables too large for the walker
-	Dropped    uint64 // processes not listed: the queue was full
+	Dropped    uint64 // tables not asked for now: maxQueuedBuilds wait
 	ListFailed uint64 // processes the Kernel would not list (its map full)
 	// Rows Parse could not express and FDEs it could not read, in the
 	// tables built: frame pointers there.
@@ -78,43 +78,36 @@ type TableStats struct {
 
 // Tables builds unwind rows for the binaries that sampled processes map,
 // shares them between processes, and keeps the Kernel's copy current.
-// One goroutine, the worker, lists processes and loads tables; another,
-// the builder, reads the tables in the order they are asked, so that a
-// process is listed at once with the tables that are ready and listed
-// again as each of the others is built. Until a mapping's table is loaded,
-// its stacks are walked with frame pointers.
+// Learn and Forget do their work at once, in the caller's goroutine: a
+// hand-off to a goroutine of their own woke another thread for each, 20 us
+// of CPU a new process (BenchmarkTablesLearn, docs/BENCHMARKS.md). One
+// goroutine, the builder, reads the tables in the order they are asked,
+// so that a process is listed at once with the tables that are ready and
+// listed again as each of the others is built. Until a mapping's table is
+// loaded, its stacks are walked with frame pointers.
 type Tables struct {
-	k    Kernel
-	opts Options
-	jobs chan job
-	done chan struct{}
+	k      Kernel
+	opts   Options
+	builds chan build    // to the builder
+	done   chan struct{} // closed when the builder returns
 
-	// The worker hands builds to the builder and takes them back read.
-	// It keeps those the builder has not taken, sending in a select
-	// beside its receives: the two never wait for each other.
-	builds, results chan build
-
-	// queue orders sending on jobs, numbering them, and guards it against
-	// Close; the worker never holds it, so Learn and Forget do not wait.
-	queue  sync.Mutex
-	sent   uint64 // jobs queued
-	closed bool
-
-	// The worker alone changes what mu guards; Stats and Forget read or
-	// add under it, the builder counts what it reads, and the worker never
-	// holds it over I/O.
-	mu        sync.Mutex
-	binaries  map[proc.FileKey]*table
-	procs     map[uint32]*listed
-	free      []span // free rows, sorted by first, coalesced
-	room      uint64 // bumped whenever rows may have become free
-	forgotten []job  // Forget's, done once the jobs before them are
-	stats     TableStats
-
-	// The worker's alone.
-	pending []build           // asked, not yet taken by the builder
+	// work serializes what changes the Kernel and what Tables hold:
+	// Learn, Forget and relists in their callers' goroutines, each built
+	// table in the builder's (a listing waits while a table's rows are
+	// written).
+	work    sync.Mutex
+	closed  bool
 	waiting map[uint32]waiter // processes with tables being built
 	flushes []chan<- struct{} // Flushes waiting for the builds to end
+
+	// mu guards what Stats reads; it is changed under work too, and
+	// never held over I/O. The builder counts what it reads under it.
+	mu       sync.Mutex
+	binaries map[proc.FileKey]*table
+	procs    map[uint32]*listed
+	free     []span // free rows, sorted by first, coalesced
+	room     uint64 // bumped whenever rows may have become free
+	stats    TableStats
 }
 
 type job struct {
@@ -122,8 +115,6 @@ type job struct {
 	generation uint32
 	mappings   []proc.Mapping // a copy: the caller's may change
 	relist     bool           // a listing put off (relistInterval)
-	flushed    chan struct{}  // closed once the jobs before it are done and no table is being built
-	seq        uint64         // its number in the queue; for a Forget, the last job before it
 }
 
 // table is one binary's rows in the Kernel; rows == 0 when it has none.
@@ -140,7 +131,7 @@ type table struct {
 
 // build is a table asked of the builder, and what it read.
 type build struct {
-	table  *table // the worker's: the builder does not touch it
+	table  *table // touched under work only
 	file   File
 	rows   []Row
 	layout symbol.Layout
@@ -163,88 +154,76 @@ type listed struct {
 
 type span struct{ first, n uint32 }
 
+// maxQueuedBuilds bounds the tables waiting for the builder; a file asked
+// beyond it stays on frame pointers until a later listing asks again.
+const maxQueuedBuilds = 4096
+
 // New returns Tables loading into k; Close stops it.
 func New(k Kernel, o Options) *Tables {
 	t := &Tables{
 		k: k, opts: o,
-		jobs:     make(chan job, 4096),
+		builds:   make(chan build, maxQueuedBuilds),
 		done:     make(chan struct{}),
-		builds:   make(chan build),
-		results:  make(chan build),
 		binaries: map[proc.FileKey]*table{},
 		procs:    map[uint32]*listed{},
 		free:     []span{{0, uint32(o.Rows)}},
 		waiting:  map[uint32]waiter{},
 	}
 	t.stats.Capacity = o.Rows
-	go t.run()
 	go t.build()
 	return t
 }
 
 // Learn lists process p's image generation (0: whichever it is) in the
 // Kernel with the tables of the binaries it maps that are ready, has the
-// others built, and lists it again as each is. It does not wait: a busy
-// queue drops the process (counted), whose stacks stay on frame pointers.
-// Learning a listed process again lists its mappings anew.
+// others built, and lists it again as each is. It returns once p is
+// listed, without waiting for builds; it opens the files whose tables it
+// asks for, while p lives. Learning a listed process again lists its
+// mappings anew.
 func (t *Tables) Learn(p *proc.Process, generation uint32) {
-	t.send(job{pid: p.PID, generation: generation, mappings: append([]proc.Mapping(nil), p.Mappings...)})
+	t.do(job{pid: p.PID, generation: generation, mappings: append([]proc.Mapping(nil), p.Mappings...)})
 }
 
-// Forget stops walking process pid's image generation with tables, after
-// what was asked before. A full queue never drops it.
+// Forget stops walking process pid's image generation with tables.
 func (t *Tables) Forget(pid, generation uint32) {
-	t.queue.Lock()
-	after := t.sent
-	t.queue.Unlock()
-	t.mu.Lock()
-	t.forgotten = append(t.forgotten, job{pid: int(pid), generation: generation, seq: after})
-	t.mu.Unlock()
-	t.send(job{}) // wakes the worker; when the queue is full it is awake
+	t.work.Lock()
+	defer t.work.Unlock()
+	if !t.closed {
+		t.forget(pid, generation)
+	}
 }
 
-func (t *Tables) send(j job) {
-	t.queue.Lock()
-	defer t.queue.Unlock()
-	if t.closed {
+// Flush waits until the tables being built are loaded and their processes
+// listed again, or until Close; not after Close.
+func (t *Tables) Flush() {
+	t.work.Lock()
+	t.mu.Lock()
+	building := t.stats.Building > 0
+	t.mu.Unlock()
+	if t.closed || !building {
+		t.work.Unlock()
 		return
 	}
-	j.seq = t.sent + 1
-	select {
-	case t.jobs <- j:
-		t.sent++
-	default:
-		if j.pid != 0 {
-			t.mu.Lock()
-			t.stats.Dropped++
-			t.mu.Unlock()
-		}
-	}
-}
-
-// Flush waits until what was asked before it is done, the tables it
-// built loaded and their processes listed again, or until Close; not
-// after Close.
-func (t *Tables) Flush() {
 	done := make(chan struct{})
-	t.queue.Lock()
-	t.sent++
-	seq := t.sent
-	t.queue.Unlock()
-	t.jobs <- job{flushed: done, seq: seq}
+	t.flushes = append(t.flushes, done)
+	t.work.Unlock()
 	<-done
 }
 
-// Close stops Tables once the jobs asked before it are done, without
-// waiting for the tables they build: a build under way ends, unused;
-// the Kernel keeps what it holds and is not written to after.
+// Close stops Tables without waiting for the tables being built: a build
+// under way ends, unused; the Kernel keeps what it holds and is not
+// written to after.
 func (t *Tables) Close() {
-	t.queue.Lock()
+	t.work.Lock()
+	if t.closed {
+		t.work.Unlock()
+		return
+	}
 	t.closed = true
-	close(t.jobs)
-	t.queue.Unlock()
+	close(t.builds)
+	t.endFlushes()
+	t.work.Unlock()
 	<-t.done
-	t.forgetDone(^uint64(0))
 }
 
 // Stats returns the counters.
@@ -262,47 +241,7 @@ func (t *Tables) Stats() TableStats {
 	return st
 }
 
-// run is the worker: it alone changes the Kernel and what Tables hold.
-func (t *Tables) run() {
-	defer close(t.done)
-	for {
-		var builds chan<- build // nil, never ready, with nothing to send
-		var next build
-		if len(t.pending) > 0 {
-			builds, next = t.builds, t.pending[0]
-		}
-		select {
-		case j, ok := <-t.jobs:
-			if !ok {
-				t.stop()
-				return
-			}
-			t.do(j)
-			t.forgetDone(j.seq)
-		case builds <- next:
-			t.pending = t.pending[1:]
-		case b := <-t.results:
-			t.built(b)
-		}
-		if t.stats.Building == 0 {
-			t.endFlushes()
-		}
-	}
-}
-
-// stop ends the builder, dropping the builds it has not taken and the one
-// under way, and the Flushes waiting.
-func (t *Tables) stop() {
-	close(t.builds)
-	for _, b := range t.pending {
-		b.file.Close()
-	}
-	t.pending = nil
-	for range t.results {
-	}
-	t.endFlushes()
-}
-
+// endFlushes ends the Flushes waiting. Callers hold work.
 func (t *Tables) endFlushes() {
 	for _, f := range t.flushes {
 		close(f)
@@ -310,19 +249,31 @@ func (t *Tables) endFlushes() {
 	t.flushes = nil
 }
 
-// build is the builder: it reads the tables the worker asks for, one at a
-// time (a burst of new binaries takes one CPU), and sends them back.
+// build is the builder: it reads the tables asked for, one at a time (a
+// burst of new binaries takes one CPU), and loads each, until Close.
 func (t *Tables) build() {
-	defer close(t.results)
+	defer close(t.done)
 	for b := range t.builds {
+		t.work.Lock()
+		closed := t.closed
+		t.work.Unlock()
+		if closed {
+			b.file.Close() // asked before Close: not read
+			continue
+		}
 		b.rows, b.layout, b.err = t.parse(b.file)
 		b.file.Close()
-		t.results <- b
+		t.work.Lock()
+		if !t.closed {
+			t.built(b)
+		}
+		t.work.Unlock()
 	}
 }
 
 // built loads a table the builder read and lists again the processes
 // waiting for it, at once: relistInterval bounds Learn's relists only.
+// Callers hold work.
 func (t *Tables) built(r build) {
 	b := r.table
 	b.layout, b.building = r.layout, false
@@ -336,6 +287,7 @@ func (t *Tables) built(r build) {
 	case err != nil:
 		t.stats.Malformed++
 	}
+	building := t.stats.Building
 	t.mu.Unlock()
 	if r.err == nil && len(r.rows) > 0 {
 		t.load(b, r.rows)
@@ -353,36 +305,23 @@ func (t *Tables) built(r build) {
 		}
 		t.list(j, relisted)
 	}
-}
-
-// forgetDone does the Forgets whose preceding jobs, up to seq, are done.
-func (t *Tables) forgetDone(seq uint64) {
-	t.mu.Lock()
-	var due, later []job
-	for _, f := range t.forgotten {
-		if f.seq <= seq {
-			due = append(due, f)
-		} else {
-			later = append(later, f)
-		}
-	}
-	t.forgotten = later
-	t.mu.Unlock()
-	for _, f := range due {
-		t.forget(uint32(f.pid), f.generation)
+	if building == 0 {
+		t.endFlushes()
 	}
 }
 
+// do lists j's process, unless it was listed less than relistInterval
+// ago: then once that has passed.
 func (t *Tables) do(j job) {
+	t.work.Lock()
+	defer t.work.Unlock()
 	switch l := t.procs[uint32(j.pid)]; {
-	case j.flushed != nil:
-		t.flushes = append(t.flushes, j.flushed) // ended once no build is outstanding
-	case j.pid == 0: // a wake-up
+	case t.closed:
 	case l != nil && l.generation == j.generation:
 		// Listed again: at most every relistInterval.
 		if wait := relistInterval - time.Since(l.relisted); wait > 0 {
 			j.relist = true
-			time.AfterFunc(wait, func() { t.send(j) })
+			time.AfterFunc(wait, func() { t.do(j) })
 			return
 		}
 		t.list(j, time.Now())
@@ -523,7 +462,15 @@ func (t *Tables) tableOf(pid int, m *proc.Mapping) *table {
 		}
 	}
 	b = &table{lastUse: time.Now(), building: true}
-	t.pending = append(t.pending, build{table: b, file: f})
+	select {
+	case t.builds <- build{table: b, file: f}:
+	default:
+		f.Close()
+		t.mu.Lock()
+		t.stats.Dropped++
+		t.mu.Unlock()
+		return nil
+	}
 	t.mu.Lock()
 	t.binaries[k] = b
 	t.stats.Building++

@@ -80,7 +80,7 @@ const (
 )
 
 // mapping returns an executable mapping of path at start.
-func mapping(t *testing.T, path string, start uint64) proc.Mapping {
+func mapping(t testing.TB, path string, start uint64) proc.Mapping {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
