@@ -93,8 +93,7 @@ type Tables struct {
 
 	// work serializes what changes the Kernel and what Tables hold:
 	// Learn, Forget and relists in their callers' goroutines, each built
-	// table in the builder's (a listing waits while a table's rows are
-	// written).
+	// table in the builder's.
 	work    sync.Mutex
 	closed  bool
 	waiting map[uint32]waiter // processes with tables being built
@@ -250,7 +249,10 @@ func (t *Tables) endFlushes() {
 }
 
 // build is the builder: it reads the tables asked for, one at a time (a
-// burst of new binaries takes one CPU), and loads each, until Close.
+// burst of new binaries takes one CPU), and loads each, until Close. It
+// writes a table's rows without holding work: a large table takes
+// milliseconds, and Learn, which a process being learned calls, would
+// wait for them.
 func (t *Tables) build() {
 	defer close(t.done)
 	for b := range t.builds {
@@ -264,17 +266,43 @@ func (t *Tables) build() {
 		b.rows, b.layout, b.err = t.parse(b.file)
 		b.file.Close()
 		t.work.Lock()
+		s, placed := t.place(b)
+		t.work.Unlock()
+		written := placed && t.k.WriteRows(s.first, b.rows) == nil
+		t.work.Lock()
 		if !t.closed {
-			t.built(b)
+			t.built(b, s, placed, written)
 		}
 		t.work.Unlock()
 	}
 }
 
-// built loads a table the builder read and lists again the processes
-// waiting for it, at once: relistInterval bounds Learn's relists only.
-// Callers hold work.
-func (t *Tables) built(r build) {
+// place finds room for a built table's rows, evicting the least recently
+// used tables no listed process maps when there is none; false when it has
+// no rows, or none fit, or Tables is closed. Until built, the table stays
+// building: no listing uses it, and it is not evicted. Callers hold work.
+func (t *Tables) place(r build) (span, bool) {
+	if t.closed || r.err != nil || len(r.rows) == 0 {
+		return span{}, false
+	}
+	n := uint32(len(r.rows))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	first, ok := t.alloc(n)
+	for !ok && t.evict() {
+		first, ok = t.alloc(n)
+	}
+	if !ok {
+		r.table.overBudget, r.table.room = true, t.room
+		t.stats.OverBudget++
+	}
+	return span{first, n}, ok
+}
+
+// built takes a table the builder read, its rows in s if placed and
+// written (else s is freed), and lists again the processes waiting for it,
+// at once: relistInterval bounds Learn's relists only. Callers hold work.
+func (t *Tables) built(r build, s span, placed, written bool) {
 	b := r.table
 	b.layout, b.building = r.layout, false
 	t.mu.Lock()
@@ -287,11 +315,14 @@ func (t *Tables) built(r build) {
 	case err != nil:
 		t.stats.Malformed++
 	}
+	switch {
+	case written:
+		b.first, b.rows, b.base, b.overBudget = s.first, s.n, r.rows[0].PC, false
+	case placed:
+		t.freeSpan(s)
+	}
 	building := t.stats.Building
 	t.mu.Unlock()
-	if r.err == nil && len(r.rows) > 0 {
-		t.load(b, r.rows)
-	}
 	var due []job
 	for _, w := range t.waiting {
 		if slices.Contains(w.tables, b) {
@@ -506,34 +537,6 @@ func (t *Tables) parse(f io.ReaderAt) ([]Row, symbol.Layout, error) {
 	t.stats.InvalidFDEs += uint64(st.Invalid)
 	t.mu.Unlock()
 	return rows, layout, err
-}
-
-// load places rows in the Kernel, evicting the least recently used tables
-// no listed process maps when there is no room. The rows are written
-// without holding mu.
-func (t *Tables) load(b *table, rows []Row) {
-	n := uint32(len(rows))
-	t.mu.Lock()
-	first, ok := t.alloc(n)
-	for !ok && t.evict() {
-		first, ok = t.alloc(n)
-	}
-	if !ok {
-		b.overBudget, b.room = true, t.room
-		t.stats.OverBudget++
-	}
-	t.mu.Unlock()
-	if !ok {
-		return
-	}
-	err := t.k.WriteRows(first, rows)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err != nil {
-		t.freeSpan(span{first, n})
-		return
-	}
-	b.first, b.rows, b.base, b.overBudget = first, n, rows[0].PC, false
 }
 
 // evict frees the least recently used table no listed process maps;

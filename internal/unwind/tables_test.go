@@ -455,3 +455,48 @@ func TestTablesShareWhileBuilding(t *testing.T) {
 	}
 	checkRefs(t, tb)
 }
+
+// slowWrites is a kernel whose row writes wait until release is closed,
+// telling writing when one starts.
+type slowWrites struct {
+	*fakeKernel
+	writing chan struct{}
+	release chan struct{}
+}
+
+func (k slowWrites) WriteRows(first uint32, rows []Row) error {
+	k.writing <- struct{}{}
+	<-k.release
+	return k.fakeKernel.WriteRows(first, rows)
+}
+
+// TestTablesListWhileWriting checks that a process is listed while another
+// table's rows are being written, and the process waiting for that table
+// once they are.
+func TestTablesListWhileWriting(t *testing.T) {
+	k := slowWrites{newFakeKernel(), make(chan struct{}, 1), make(chan struct{})}
+	k.listed = make(chan listing, 64)
+	tb := newTables(k, 1<<22)
+	defer tb.Close()
+	release := sync.OnceFunc(func() { close(k.release) })
+	defer release() // before Close, which waits for the builder
+	tb.Learn(&proc.Process{PID: 1, Mappings: []proc.Mapping{mapping(t, libm, 0x1000000)}}, 1)
+	<-k.writing // libm's rows
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// libc's table is asked for, not written yet: listed without rows.
+		tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Learn waited for another table's rows to be written")
+	}
+	release()
+	tb.Flush()
+	if ms := k.procs[1]; len(ms) != 1 || ms[0].Rows == 0 {
+		t.Errorf("process 1 listed %+v once libm's rows are written; want them", ms)
+	}
+	checkRefs(t, tb)
+}
