@@ -172,13 +172,16 @@ type Finder struct {
 
 	mu    sync.Mutex
 	files map[proc.FileKey]found
+	round uint64 // Trim calls
 }
 
 // found is what a mapped file is: an interpreter (in), one of a version
-// flint cannot read (err), or neither.
+// flint cannot read (err), or neither; used is the Trim round a process
+// last mapped it in.
 type found struct {
-	in  *interpFile
-	err error
+	in   *interpFile
+	err  error
+	used uint64
 }
 
 // maxFiles bounds the files a Finder knows; past it it starts over. Every
@@ -204,6 +207,10 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 		}
 		f.mu.Lock()
 		known, ok := f.files[m.Key()]
+		if ok {
+			known.used = f.round
+			f.files[m.Key()] = known
+		}
 		f.mu.Unlock()
 		if !ok {
 			if known, ok = f.look(m); !ok {
@@ -216,6 +223,7 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 				if len(f.files) >= maxFiles {
 					clear(f.files)
 				}
+				known.used = f.round
 				f.files[m.Key()] = known
 			}
 			f.mu.Unlock()
@@ -264,18 +272,28 @@ func (f *Finder) look(m *proc.Mapping) (found, bool) {
 	return found{in: b}, true
 }
 
-// Trim forgets the files keep does not report, so that the Finder holds
-// the interpreters in use only, and a file deleted whose inode is reused
-// is looked at anew.
+// Trim forgets the files keep does not report that no process mapped in
+// the last keepRounds calls, so that the Finder holds the interpreters in
+// use only, and a file deleted whose inode is reused is looked at anew.
+// The agent calls it once a window with keep reporting the files live
+// processes map: a script run every few seconds (a health check, cron) is
+// seldom alive at a window's end, and forgetting its interpreter then
+// would read every code object of its image, and copy them in the kernel,
+// again in the next run.
 func (f *Finder) Trim(keep func(proc.FileKey) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for k := range f.files {
-		if !keep(k) {
+	f.round++
+	for k, v := range f.files {
+		if v.used+keepRounds <= f.round && !keep(k) {
 			delete(f.files, k)
 		}
 	}
 }
+
+// keepRounds is how many Trim calls (windows: 5 minutes of the agent's)
+// the Finder keeps a file no live process maps.
+const keepRounds = 30
 
 // minorOf returns the minor version of "3.minor".
 func minorOf(v string) (int, bool) {

@@ -123,11 +123,24 @@ func TestFinder(t *testing.T) {
 			if calls[0] == 0 || calls[1] != calls[0] {
 				t.Errorf("look-ups in the files: %d for the first process, %d more for the second, want some then none", calls[0], calls[1]-calls[0])
 			}
-			f.Trim(func(proc.FileKey) bool { return false })
+			// A file no live process maps is kept keepRounds Trims
+			// after the last process that did: a script run now and
+			// then keeps its interpreter.
+			unmapped := func(proc.FileKey) bool { return false }
+			for range keepRounds - 1 {
+				f.Trim(unmapped)
+			}
 			p, _ := learnCodes(t, sym, py.path)
 			f.Find(p)
+			if counted.calls != calls[1] {
+				t.Errorf("%d look-ups in the files %d Trims after the last process, want none", counted.calls-calls[1], keepRounds-1)
+			}
+			for range keepRounds {
+				f.Trim(unmapped)
+			}
+			f.Find(p)
 			if counted.calls == calls[1] {
-				t.Error("no look-up in the files after Trim")
+				t.Errorf("no look-up in the files %d Trims after the last process", keepRounds)
 			}
 		})
 	}
