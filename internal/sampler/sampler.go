@@ -186,6 +186,11 @@ type Sampler struct {
 	round  uint64
 
 	ringCounts map[ringKey]uint64 // drainRing's scratch
+
+	// SetUnwind's value, 4 KiB, under unwindMu: one for every new
+	// process.
+	unwindMu   sync.Mutex
+	unwindProc profileUnwindProc
 }
 
 // Start loads the BPF program and starts sampling on every online CPU.

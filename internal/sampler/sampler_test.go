@@ -60,7 +60,7 @@ func TestDecodeEventRejectsShortRecords(t *testing.T) {
 }
 
 // requireBPF skips tests that need to load BPF programs when not root.
-func requireBPF(t *testing.T) {
+func requireBPF(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF programs; CI runs it as root")

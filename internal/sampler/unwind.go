@@ -67,9 +67,9 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 	if len(ms) > MaxUnwindMappings {
 		return fmt.Errorf("unwind mappings of process %d: %d, at most %d", pid, len(ms), MaxUnwindMappings)
 	}
-	var p profileUnwindProc
-	p.Generation = generation
-	p.Len = uint32(len(ms))
+	s.unwindMu.Lock()
+	p := &s.unwindProc
+	*p = profileUnwindProc{Generation: generation, Len: uint32(len(ms))}
 	if partial {
 		p.Stale = 1
 	}
@@ -77,7 +77,11 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 		e := &p.Mappings[i]
 		e.Start, e.End, e.Base, e.First, e.Rows = m.Start, m.End, m.Base, m.First, m.Rows
 	}
-	if err := s.objs.UnwindProcs.Put(pid, &p); err != nil {
+	// Pointers: the map's own sizes, neither marshalled by reflection nor
+	// copied.
+	err := s.objs.UnwindProcs.Put(unsafe.Pointer(&pid), unsafe.Pointer(p))
+	s.unwindMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
 	}
 	return s.forgetLacks()

@@ -212,3 +212,31 @@ func textMapping(t *testing.T, pid int, bin string) (start, end uint64) {
 	t.Fatalf("process %d never mapped %s", pid, bin)
 	return 0, 0
 }
+
+// BenchmarkSetUnwind measures listing a new process's unwind mappings (20,
+// as many as a python3 run maps executable) and forgetting it: once for
+// each new process on the node.
+//
+//	sudo go test -run '^$' -bench SetUnwind -benchmem ./internal/sampler/
+func BenchmarkSetUnwind(b *testing.B) {
+	requireBPF(b)
+	s, err := Start(Options{Frequency: 1, Paused: true, UnwindRows: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ms := make([]unwind.Mapping, 20)
+	for i := range ms {
+		start := uint64(0x7f0000000000 + i<<24)
+		ms[i] = unwind.Mapping{Start: start, End: start + 1<<20, Base: start, First: uint32(i) * 50, Rows: 50}
+	}
+	pid := uint32(1 << 22) // above any PID the kernel gives
+	for b.Loop() {
+		if err := s.SetUnwind(pid, 1, ms, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.DeleteUnwind(pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
