@@ -274,19 +274,26 @@ func (c *Collector) Forget(round uint64) {
 			continue
 		}
 		c.mu.Lock()
-		if e := c.procs[k]; e != nil {
-			c.countFiles(e.p.Mappings, -1)
-			delete(c.procs, k)
-			if c.unwinder != nil {
-				c.unwinder.Forget(k.pid, k.generation)
-			}
-			c.forgetPython(k)
-		}
+		c.drop(k)
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pyFinder.Trim(func(k proc.FileKey) bool { return c.files[k] != nil })
+}
+
+// drop forgets process image k. Callers hold mu.
+func (c *Collector) drop(k procKey) {
+	e := c.procs[k]
+	if e == nil {
+		return
+	}
+	c.countFiles(e.p.Mappings, -1)
+	delete(c.procs, k)
+	if c.unwinder != nil {
+		c.unwinder.Forget(k.pid, k.generation)
+	}
+	c.forgetPython(k)
 }
 
 func (c *Collector) entry(k procKey) *proc.Process {

@@ -55,21 +55,32 @@ func startMapper(b *testing.B) int {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// startSleepers starts n sleep processes, killed at the end, and returns
-// their PIDs, not looked up in /proc.
-func startSleepers(b *testing.B, n int) []int {
+// startSleepers starts n sleep processes and returns their PIDs, not
+// looked up in /proc, and a function that kills them (at the end at the
+// latest): each holds a descriptor of this process while it lives.
+func startSleepers(b *testing.B, n int) ([]int, func()) {
 	b.Helper()
 	pids := make([]int, n)
+	cmds := make([]*exec.Cmd, n)
+	stop := func() {
+		for _, cmd := range cmds {
+			if cmd != nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		}
+		clear(cmds)
+	}
+	b.Cleanup(stop)
 	for i := range pids {
-		cmd := exec.Command("sleep", "600")
-		if err := cmd.Start(); err != nil {
+		cmds[i] = exec.Command("sleep", "600")
+		if err := cmds[i].Start(); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		pids[i] = cmd.Process.Pid
+		pids[i] = cmds[i].Process.Pid
 	}
 	time.Sleep(100 * time.Millisecond) // past exec: sleep's own mappings
-	return pids
+	return pids, stop
 }
 
 // cpuTime is the CPU time this process has used. On a shared machine the
@@ -97,6 +108,9 @@ func BenchmarkNewProc(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("pid %d: %s, %d executable mappings", pid, p.Exe, len(p.Mappings))
+	// Each process image learned is forgotten, as the agent forgets
+	// those that exited: a benchmark of more than maxProcs images would
+	// otherwise time the Collector refusing them.
 	b.Run("warm", func(b *testing.B) {
 		sym := symbol.New()
 		defer sym.Close()
@@ -106,6 +120,7 @@ func BenchmarkNewProc(b *testing.B) {
 		cpu := cpuTime()
 		for b.Loop() {
 			c.NewProc(uint32(pid), gen)
+			c.forget(procKey{uint32(pid), gen})
 			gen++
 		}
 		reportCPU(b, cpu)
@@ -113,8 +128,9 @@ func BenchmarkNewProc(b *testing.B) {
 	// sleep processes, each learned once as the agent learns a new one
 	// (new-pid), or one of them again and again as warm does (same-pid):
 	// the kernel builds /proc/PID's entries on the first look only. The
-	// processes start before the measured CPU time; sleep's files are
-	// known after the first.
+	// processes start outside the measured CPU time, at most maxSleepers
+	// at once; sleep's files are known after the first.
+	const maxSleepers = 500
 	for _, run := range []struct {
 		name  string
 		fresh bool
@@ -124,22 +140,33 @@ func BenchmarkNewProc(b *testing.B) {
 			sym := symbol.New()
 			defer sym.Close()
 			c := New(sym, "")
-			n := 1
-			if fresh {
-				n += b.N // b.Loop would not say how many
-			}
-			pids := startSleepers(b, n)
-			c.NewProc(uint32(pids[0]), 0)
+			first, _ := startSleepers(b, 1)
+			c.NewProc(uint32(first[0]), 0)
+			var cpu time.Duration
+			gen := uint32(1)
 			b.ResetTimer()
-			cpu := cpuTime()
-			for i := range b.N {
+			for done := 0; done < b.N; {
+				batch := b.N - done
+				pid, stop := func(int) int { return first[0] }, func() {}
 				if fresh {
-					c.NewProc(uint32(pids[i+1]), 0)
-				} else {
-					c.NewProc(uint32(pids[0]), uint32(i+1))
+					batch = min(batch, maxSleepers)
+					b.StopTimer()
+					pids, stopPids := startSleepers(b, batch)
+					b.StartTimer()
+					pid, stop = func(i int) int { return pids[i] }, stopPids
 				}
+				cpu0 := cpuTime()
+				for i := range batch {
+					k := procKey{uint32(pid(i)), gen}
+					c.NewProc(k.pid, k.generation)
+					c.forget(k)
+					gen++
+				}
+				cpu += cpuTime() - cpu0
+				stop()
+				done += batch
 			}
-			reportCPU(b, cpu)
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 	b.Run("cold", func(b *testing.B) {
@@ -330,6 +357,14 @@ type nopPython struct{}
 func (nopPython) SetPython(uint32, uint32, *python.Interpreter) error { return nil }
 func (nopPython) DeletePython(uint32) error                           { return nil }
 
+// forget drops process image k, as the agent's Forget does once it has
+// exited.
+func (c *Collector) forget(k procKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(k)
+}
+
 // frameWord is the sampler's word for a Python frame running the code
 // object at addr, at instruction index (bpf/profile.h, enum
 // python_frame_bits).
@@ -360,9 +395,7 @@ func BenchmarkProfileNewProcs(b *testing.B) {
 	window := func() []sampler.Sample {
 		c.mu.Lock()
 		for k := range c.procs {
-			c.countFiles(c.procs[k].p.Mappings, -1)
-			delete(c.procs, k)
-			c.forgetPython(k)
+			c.drop(k)
 		}
 		c.mu.Unlock()
 		var samples []sampler.Sample
