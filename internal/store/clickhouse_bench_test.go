@@ -295,8 +295,8 @@ func ingestFleet(b *testing.B, dsn string, nodes, copies, windows int) error {
 	for _, q := range []string{
 		"INSERT INTO labelsets SELECT day, concat(node, '-c', toString(k)) AS nn, cityHash64(hash, k), names, arrayMap((n, v) -> if(n = 'node', nn, v), names, values) FROM labelsets" + k,
 		"INSERT INTO windows SELECT day, concat(node, '-c', toString(k)), start, duration, period, samples FROM windows" + k,
-		"INSERT INTO samples SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), stack, count FROM samples" + k,
-		"INSERT INTO totals SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), count FROM totals" + k,
+		"INSERT INTO samples SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), stack, count, type FROM samples" + k,
+		"INSERT INTO totals SELECT day, concat(node, '-c', toString(k)), start, cityHash64(labels, k), count, type FROM totals" + k,
 		"OPTIMIZE TABLE samples FINAL",
 		"OPTIMIZE TABLE totals FINAL",
 		"OPTIMIZE TABLE labelsets FINAL",
