@@ -275,11 +275,11 @@ func (f *Finder) look(m *proc.Mapping) (found, bool) {
 // Trim forgets the files keep does not report that no process mapped in
 // the last keepRounds calls, so that the Finder holds the interpreters in
 // use only, and a file deleted whose inode is reused is looked at anew.
-// The agent calls it once a window with keep reporting the files live
-// processes map: a script run every few seconds (a health check, cron) is
-// seldom alive at a window's end, and forgetting its interpreter then
-// would read every code object of its image, and copy them in the kernel,
-// again in the next run.
+// The agent calls it once a window with keep reporting the files of the
+// processes it knows, which it forgets two windows after they exit: a
+// script run less often than that (cron, a periodic check) would have
+// its interpreter forgotten between runs, and each run would read every
+// code object of its image, and copy them in the kernel, again.
 func (f *Finder) Trim(keep func(proc.FileKey) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
