@@ -53,15 +53,6 @@ var byLabel, byKey = func() (map[string]attribute, map[string]attribute) {
 	return l, k
 }()
 
-// attributeOf returns how label travels: a known attribute, or a flint.*
-// one on the resource (the thread's labels are all known).
-func attributeOf(label string) attribute {
-	if a, ok := byLabel[label]; ok {
-		return a
-	}
-	return attribute{label: label, key: flintPrefix + label, resource: true}
-}
-
 // labelOf returns the flint label an attribute key carries: the known
 // ones, flint.* ones, and any other key with its dots and other characters
 // that label names cannot hold made underscores (service.name becomes

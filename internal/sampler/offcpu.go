@@ -1,10 +1,7 @@
 package sampler
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -69,27 +66,6 @@ func (s *Sampler) attachOffCPU() error {
 	}
 	s.offCPU = l
 	return nil
-}
-
-// switchSymbol returns the kernel's name for finish_task_switch, which
-// compilers may have renamed (finish_task_switch.isra.0).
-func switchSymbol() (string, error) {
-	f, err := os.Open("/proc/kallsyms")
-	if err != nil {
-		return "", fmt.Errorf("find finish_task_switch: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 3 && (fields[2] == "finish_task_switch" || strings.HasPrefix(fields[2], "finish_task_switch.")) {
-			return fields[2], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("find finish_task_switch: %w", err)
-	}
-	return "", fmt.Errorf("off-CPU: the kernel has no finish_task_switch in /proc/kallsyms: %w", ErrNotSupported)
 }
 
 // DrainOffCPU returns the time spent off the CPU since the last call, in
