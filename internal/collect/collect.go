@@ -259,7 +259,8 @@ const forgetRounds = 2
 
 // Forget drops processes that exited and were not named in the last
 // rounds, and the CPython interpreters that no process has mapped for
-// many rounds (python.Finder.Trim); the agent calls it once a window. Profiles already built keep their names.
+// many rounds (python.Finder.Trim); the agent calls it once a window.
+// Profiles already built keep their names.
 func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()
 	var stale []procKey
