@@ -171,8 +171,8 @@ type Finder struct {
 	sym Symbols
 
 	mu    sync.Mutex
-	files map[proc.FileKey]found
-	round uint64 // Trim calls
+	files map[proc.FileKey]*found // in and err set once, used under mu
+	round uint64                  // Trim calls
 }
 
 // found is what a mapped file is: an interpreter (in), one of a version
@@ -191,7 +191,7 @@ const maxFiles = 4096
 
 // NewFinder returns a Finder reading files with sym.
 func NewFinder(sym Symbols) *Finder {
-	return &Finder{sym: sym, files: map[proc.FileKey]found{}}
+	return &Finder{sym: sym, files: map[proc.FileKey]*found{}}
 }
 
 // Find returns the CPython interpreter of p: the mapped file whose name
@@ -206,24 +206,24 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 			continue // most files: not even a look-up
 		}
 		f.mu.Lock()
-		known, ok := f.files[m.Key()]
-		if ok {
+		known := f.files[m.Key()]
+		if known != nil {
 			known.used = f.round
-			f.files[m.Key()] = known
 		}
 		f.mu.Unlock()
-		if !ok {
-			if known, ok = f.look(m); !ok {
+		if known == nil {
+			looked, ok := f.look(m)
+			if !ok {
 				continue
 			}
 			f.mu.Lock()
-			if prev, ok := f.files[m.Key()]; ok {
-				known = prev // another process's, at the same time
-			} else {
+			// Another process's may have come in meanwhile.
+			if known = f.files[m.Key()]; known == nil {
 				if len(f.files) >= maxFiles {
 					clear(f.files)
 				}
-				known.used = f.round
+				looked.used = f.round
+				known = &looked
 				f.files[m.Key()] = known
 			}
 			f.mu.Unlock()

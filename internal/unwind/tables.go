@@ -81,11 +81,10 @@ type TableStats struct {
 // Learn and Forget do their work at once, in the caller's goroutine: a
 // hand-off to a goroutine of their own woke another thread for each,
 // 5-20 us of CPU a new process (BenchmarkTablesLearn, docs/BENCHMARKS.md).
-// One
-// goroutine, the builder, reads the tables in the order they are asked,
-// so that a process is listed at once with the tables that are ready and
-// listed again as each of the others is built. Until a mapping's table is
-// loaded, its stacks are walked with frame pointers.
+// One goroutine, the builder, reads the tables in the order they are
+// asked, so that a process is listed at once with the tables that are
+// ready and listed again as each of the others is built. Until a
+// mapping's table is loaded, its stacks are walked with frame pointers.
 type Tables struct {
 	k      Kernel
 	opts   Options
