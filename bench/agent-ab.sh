@@ -8,6 +8,7 @@
 #	sudo A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # another build as A
 #	sudo CHURN=10 A_BIN=/tmp/flint-old bench/agent-ab.sh "" ""  # under churn
 #	sudo LOAD=none CHURN=10 PHASE=60 bench/agent-ab.sh "" ""  # churn alone
+#	sudo LOAD=none CHURN=1 CYCLES=6 bench/agent-ab.sh "" ""   # a new process's cost, resolved
 #
 # A_BIN and B_BIN default to a build of this checkout. With LOAD=none the
 # spin fixtures do not run: what the agent spends on churn alone shows
@@ -16,9 +17,13 @@
 # threads' run time in /proc/PID/task/*/schedstat, in ns) and
 # flint_bpf_run_seconds_total (/metrics) are read over SECONDS_EACH; with
 # CHURN=N, over PHASE seconds without and, after CHURN_WARM seconds of it,
-# PHASE seconds with N new processes a second (bench/churn.sh). The agent's CPU takes minutes to
-# settle after its start (its store learning the node's stacks), which a
-# churn figure, a difference, would take for the churn's.
+# PHASE seconds with N new processes a second (bench/churn.sh), CYCLES
+# times (1) with their mean and its standard error. The agent's CPU takes
+# minutes to settle after its start (its store learning the node's
+# stacks), which a churn figure, a difference, would take for the churn's.
+# First it prints what touching 256 KiB costs right after sleeps of 1 ms
+# to 1 s against back to back (bench/wake.c): on a VM that ratio moved
+# from day to day, and the agent's CPU with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/churn.sh
@@ -30,6 +35,9 @@ trap cleanup EXIT
 go build -o "$tmp/flint" ./cmd/flint
 a_bin=${A_BIN:-$tmp/flint}; b_bin=${B_BIN:-$tmp/flint}
 gcc -O1 -fno-omit-frame-pointer -o "$tmp/spin" testdata/fixtures/spin.c
+# What a wake-up costs on this machine today: the agent's figures move with it.
+gcc -O2 -o "$tmp/wake" bench/wake.c
+"$tmp/wake"
 go build -o "$tmp/spin-go" ./testdata/fixtures/spin-go
 LOAD=${LOAD:-spin}
 [[ $LOAD == spin || $LOAD == none ]] || { echo "agent-ab: LOAD=$LOAD: want spin or none" >&2; exit 1; }

@@ -20,7 +20,8 @@
 # over them. With CHURN=N, the agent then runs PHASE seconds without and,
 # after CHURN_WARM seconds of it, PHASE seconds with N short-lived
 # processes a second (bench/churn.sh): its CPU and its BPF programs' in
-# both, and the CPU per new process. Results go to
+# both, and the CPU per new process; CYCLES=N repeats that N times and
+# gives the mean and its standard error. Results go to
 # bench/results/agent-<date>/.
 set -euo pipefail
 

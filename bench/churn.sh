@@ -61,11 +61,13 @@ metric() {
 		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
 }
 
-# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints two lines:
-# agent and BPF CPU (% of one core) with churn off and on, the processes
-# started, and the agent+BPF CPU per new process in ms; then what a new
-# process brings the BPF programs: the samples taken more, the BPF time
-# of each, and the Python code objects copied.
+# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints two lines a
+# cycle: agent and BPF CPU (% of one core) with churn off and on, the
+# processes started, and the agent+BPF CPU per new process in ms; then
+# what a new process brings the BPF programs: the samples taken more, the
+# BPF time of each, and the Python code objects copied. With CYCLES=N
+# (default 1) it measures N cycles and ends with their mean and the
+# standard error of the mean.
 #
 # Both phases are steady states. The churn runs CHURN_WARM seconds (60)
 # before its phase is measured, and on through it: what a new process
@@ -73,28 +75,53 @@ metric() {
 # forgotten, the garbage it left collected) falls in the phase as it
 # would on a node that always has churn, and a node that runs the same
 # job every second has its files, stacks and functions known already.
+# From the second cycle on, the churn stops CHURN_WARM seconds before the
+# phase without it, so that phase holds none of that tail either.
+#
+# One cycle cannot resolve a fraction of a millisecond a process: the
+# figure is a difference of two phases, and the agent's CPU without churn
+# moves from phase to phase (0.12-0.88% of a core in 2026-11 runs, with
+# 60 processes in a minute).
 churn_phases() {
-	local agent=$1 metric=$2 cpu=$3 count off on warm end
+	local agent=$1 metric=$2 cpu=$3 count off on warm end cycle results=""
 	count=$(mktemp)
 	# A reading: agent CPU, BPF run time, samples, Python code objects
 	# copied (one read of /metrics: each curl is a new process), runs started.
 	reading() { echo "$($cpu "$agent") $($metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
-	off=$(reading)
-	sleep "$PHASE"
-	on=$(reading)
-	churn_start "$count"
-	sleep "$CHURN_WARM"
-	warm=$(reading)
-	sleep "$PHASE"
-	end=$(reading)
+	for ((cycle = 1; cycle <= ${CYCLES:-1}; cycle++)); do
+		if ((cycle > 1)); then
+			churn_stop
+			sleep "$CHURN_WARM"
+		fi
+		off=$(reading)
+		sleep "$PHASE"
+		on=$(reading)
+		churn_start "$count"
+		sleep "$CHURN_WARM"
+		warm=$(reading)
+		sleep "$PHASE"
+		end=$(reading)
+		results+="$off|$on|$warm|$end"$'\n'
+	done
 	churn_stop
 	rm -f "$count"
-	awk -v r0="$off" -v r1="$on" -v r2="$warm" -v r3="$end" -v s="$PHASE" -v cores="$(nproc)" 'BEGIN {
-		split(r0, a); split(r1, b); split(r2, c); split(r3, d) # 1 CPU, 2 BPF, 3 samples, 4 copies, 5 runs
+	printf %s "$results" | awk -F'|' -v s="$PHASE" -v cores="$(nproc)" '
+	{
+		split($1, a, " "); split($2, b, " "); split($3, c, " "); split($4, d, " ") # 1 CPU, 2 BPF, 3 samples, 4 copies, 5 runs
 		n = d[5] - c[5]; off = b[1] - a[1] + b[2] - a[2]; on = d[1] - c[1] + d[2] - c[2]
+		share[NR] = 100 * on / s / cores; per[NR] = 1000 * (on - off) / n
 		printf "no churn: agent %.3f%% + BPF %.3f%% of a core; %.1f new processes/s: agent %.3f%% + BPF %.3f%% of a core = %.3f%% of the machine; %.3f ms CPU a new process (%d started)\n",
-			100 * (b[1] - a[1]) / s, 100 * (b[2] - a[2]) / s, n / s, 100 * (d[1] - c[1]) / s, 100 * (d[2] - c[2]) / s, 100 * on / s / cores, 1000 * (on - off) / n, n
+			100 * (b[1] - a[1]) / s, 100 * (b[2] - a[2]) / s, n / s, 100 * (d[1] - c[1]) / s, 100 * (d[2] - c[2]) / s, share[NR], per[NR], n
 		more = (d[3] - c[3]) - (b[3] - a[3]); bpf = (d[2] - c[2]) - (b[2] - a[2])
 		printf "a new process: %.1f samples more, %.0f us of BPF, %.1f us a sample more; %.1f Python code objects copied\n",
-			more / n, 1e6 * bpf / n, (more > 0 ? 1e6 * bpf / more : 0), (d[4] - c[4]) / n }'
+			more / n, 1e6 * bpf / n, (more > 0 ? 1e6 * bpf / more : 0), (d[4] - c[4]) / n
+	}
+	function mean(x, k,   i, t) { for (i = 1; i <= k; i++) t += x[i]; return t / k }
+	function sem(x, k, m,   i, v) { for (i = 1; i <= k; i++) v += (x[i] - m) ^ 2; return sqrt(v / (k - 1) / k) }
+	END {
+		if (NR < 2) exit
+		ms = mean(share, NR); mp = mean(per, NR)
+		printf "%d cycles: %.3f%% of the machine (± %.3f), %.3f ms CPU a new process (± %.3f), mean ± standard error\n",
+			NR, ms, sem(share, NR, ms), mp, sem(per, NR, mp)
+	}'
 }
