@@ -80,8 +80,9 @@ metric() {
 #
 # One cycle cannot resolve a fraction of a millisecond a process: the
 # figure is a difference of two phases, and the agent's CPU without churn
-# moves from phase to phase (0.12-0.88% of a core in 2026-11 runs, with
-# 60 processes in a minute).
+# moves from phase to phase with what a wake-up costs on the machine
+# (0.05-1.27% of a core in one day's runs on one VM, against 60 new
+# processes a minute; docs/BENCHMARKS.md).
 churn_phases() {
 	local agent=$1 metric=$2 cpu=$3 count off on warm end cycle results=""
 	count=$(mktemp)
