@@ -8,8 +8,8 @@
 //	gcc -O2 -o /tmp/wake bench/wake.c && /tmp/wake [KiB]
 //
 // Each line: the sleep before each touch; the CPU time of touching KiB
-// (256: one byte of each 64-byte line, a working set the size of one
-// naming of a window), and how many times its cost back to back that is;
+// (256 by default: one byte of each 64-byte line), and how many times its
+// cost back to back that is;
 // the CPU time of the wake-up itself (the kernel's sleep and wake path:
 // all the CPU time of the loop but the touch's).
 #define _GNU_SOURCE

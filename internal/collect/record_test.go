@@ -46,7 +46,7 @@ const (
 	tolerance    = 3.0  // percentage points
 	minMainShare = 99.0 // percent of samples whose stack reaches main (or a Go runtime root)
 	// Percent of a short-lived process's samples in its exec, loader and
-	// exit: 1.0-1.4% measured, 5 processes of 0.4 s.
+	// exit: 1.1-1.5% measured, 5 processes of 0.4 s.
 	maxOutsideShare = 3.0
 )
 
