@@ -18,6 +18,8 @@ CHURN_WARM=${CHURN_WARM:-60}
 [[ $CHURN =~ ^[0-9]+$ ]] || { echo "bench: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
 [[ $PHASE =~ ^[0-9]+$ && $PHASE -ge 10 ]] || { echo "bench: PHASE=$PHASE: want whole seconds, at least 10" >&2; exit 1; }
 [[ $CHURN_WARM =~ ^[0-9]+$ ]] || { echo "bench: CHURN_WARM=$CHURN_WARM: want whole seconds" >&2; exit 1; }
+CYCLES=${CYCLES:-1}
+[[ $CYCLES =~ ^[0-9]+$ && $CYCLES -ge 1 ]] || { echo "bench: CYCLES=$CYCLES: want at least 1" >&2; exit 1; }
 case ${CHURN_WITH:=python} in
 python)
 	# python3 may be a shim script (pyenv) that forks several processes
@@ -89,7 +91,7 @@ churn_phases() {
 	# A reading: agent CPU, BPF run time, samples, Python code objects
 	# copied (one read of /metrics: each curl is a new process), runs started.
 	reading() { echo "$($cpu "$agent") $($metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
-	for ((cycle = 1; cycle <= ${CYCLES:-1}; cycle++)); do
+	for ((cycle = 1; cycle <= CYCLES; cycle++)); do
 		if ((cycle > 1)); then
 			churn_stop
 			sleep "$CHURN_WARM"

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -213,7 +212,12 @@ func shares(p *profile.Profile, keep func(*profile.Sample) bool, funcs []string,
 			continue
 		}
 		total += s.Count
-		seen := functions(s)
+		seen := map[string]bool{}
+		for _, l := range s.Stack {
+			for _, f := range l.Frames {
+				seen[f.Function] = true
+			}
+		}
 		for i, fn := range funcs {
 			if seen[fn] {
 				counts[i] += s.Count
@@ -232,21 +236,17 @@ func shares(p *profile.Profile, keep func(*profile.Sample) bool, funcs []string,
 	return got, 100 * float64(reachMain) / float64(total), total
 }
 
-// functions returns the set of functions on a sample's stack.
-func functions(s *profile.Sample) map[string]bool {
-	seen := map[string]bool{}
-	for _, l := range s.Stack {
-		for _, f := range l.Frames {
-			seen[f.Function] = true
-		}
-	}
-	return seen
-}
-
 // reaches reports whether a sample's stack holds mainFunc or starts at one
 // of goRuntimeRoots.
 func reaches(s *profile.Sample, mainFunc string) bool {
-	return functions(s)[mainFunc] || goRuntimeRoots[outermost(s)]
+	for _, l := range s.Stack {
+		for _, f := range l.Frames {
+			if f.Function == mainFunc {
+				return true
+			}
+		}
+	}
+	return goRuntimeRoots[outermost(s)]
 }
 
 // outermost returns the function a sample's stack starts from.
@@ -293,10 +293,7 @@ func dumpTop(t *testing.T, p *profile.Profile, keep func(*profile.Sample) bool, 
 		}
 	}
 	lines := missing.Folded()
-	count := func(line string) int64 {
-		n, _ := strconv.ParseInt(line[strings.LastIndexByte(line, ' ')+1:], 10, 64)
-		return n
-	}
+	count := func(line string) int64 { _, n, _ := profile.SplitFolded(line); return n }
 	slices.SortStableFunc(lines, func(a, b string) int { return cmp.Compare(count(b), count(a)) })
 	for _, line := range lines[:min(len(lines), 30)] {
 		t.Log(line)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -155,16 +154,14 @@ func (d *Profile) DiffFolded() []string {
 	counts := map[string]*pair{}
 	add := func(lines []string, side func(*pair) *int64) {
 		for _, line := range lines {
-			// A stack may hold spaces; its count follows the last one.
-			i := strings.LastIndexByte(line, ' ')
-			n, err := strconv.ParseInt(line[i+1:], 10, 64)
-			if i < 0 || err != nil {
+			stack, n, ok := SplitFolded(line)
+			if !ok {
 				continue // cannot happen: Folded writes "stack count"
 			}
-			p := counts[line[:i]]
+			p := counts[stack]
 			if p == nil {
 				p = &pair{}
-				counts[line[:i]] = p
+				counts[stack] = p
 			}
 			*side(p) += n
 		}

@@ -254,3 +254,21 @@ func TestDiffFlameColoursByChange(t *testing.T) {
 		t.Error("SVG does not use the diff colours")
 	}
 }
+
+func TestSplitFolded(t *testing.T) {
+	for _, c := range []struct {
+		line, stack string
+		count       int64
+		ok          bool
+	}{
+		{"comm;main;f 12", "comm;main;f", 12, true},
+		{"comm;operator new(unsigned long) 3", "comm;operator new(unsigned long)", 3, true},
+		{"comm;main;f", "", 0, false},
+		{"comm;main;f x", "comm;main;f", 0, false},
+	} {
+		stack, count, ok := SplitFolded(c.line)
+		if ok != c.ok || ok && (stack != c.stack || count != c.count) {
+			t.Errorf("SplitFolded(%q) = %q, %d, %v; want %q, %d, %v", c.line, stack, count, ok, c.stack, c.count, c.ok)
+		}
+	}
+}

@@ -261,4 +261,16 @@ func (p *Profile) Folded() []string {
 	return lines
 }
 
+// SplitFolded splits a line Folded wrote into its stack and its count; ok
+// is false for a line that is not "stack count".
+func SplitFolded(line string) (stack string, count int64, ok bool) {
+	// A stack may hold spaces; its count follows the last one.
+	i := strings.LastIndexByte(line, ' ')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(line[i+1:], 10, 64)
+	return line[:i], n, err == nil
+}
+
 func parseInt(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
