@@ -12,7 +12,6 @@
 // cost back to back that is;
 // the CPU time of the wake-up itself (the kernel's sleep and wake path:
 // all the CPU time of the loop but the touch's).
-#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
