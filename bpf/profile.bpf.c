@@ -201,7 +201,7 @@ struct {
 // code objects they ran that the process has not sent before (struct
 // python_code). When a sample's copies hold all its code objects, nothing
 // need be read while its process lives: they wake no one, and user space
-// reads them with the samples each second (Sampler.Drain), the samples
+// reads them when it next drains the samples (Sampler.Drain), the samples
 // after them. When they lack some (an object too large, a page not
 // present, more than PY_MAX_CODES new), the sample's Python frames follow
 // (struct python_stack) and wake the reader, which reads the rest from the
@@ -215,6 +215,12 @@ struct {
 } python_young SEC(".maps");
 
 #define PY_YOUNG_NS 1000000000ULL
+
+// Samples of CPython processes past PY_YOUNG_NS whose Python frames were
+// read. Their code objects were not copied: user space reads them from the
+// process, which must still live, so it drains soon after this moves
+// (Sampler.PythonToRead).
+__u64 old_python_samples = 0;
 
 // Code objects copied at most in one sample; the rest wait for the next
 // sample, or user space reads them.
@@ -1034,14 +1040,18 @@ __noinline int python_copy_codes(struct python_stack *python)
 // younger than PY_YOUNG_NS and user space has not had them. The frames
 // themselves follow only when user space must read from the process at
 // once, or the ring fills: they wake the reader. Otherwise the sample
-// names them when it is drained, after the copies.
+// names them when it is drained, after the copies. A sample of an older
+// process counts in old_python_samples.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
 	__u32 n = python->n;
-	if (!n || n > PY_MAX_FRAMES ||
-	    bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS)
+	if (!n || n > PY_MAX_FRAMES)
 		return;
+	if (bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS) {
+		__sync_fetch_and_add(&old_python_samples, 1);
+		return;
+	}
 	python->pid = tgid;
 	python->generation = gen;
 	python->record = PY_RECORD_STACK;

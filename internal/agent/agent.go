@@ -396,7 +396,8 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.coll.ReadsPython() {
+			pythonToRead := a.sampler.PythonToRead() // read each tick: it says "since the last call"
+			if windowDue || pythonToRead || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() {
 				a.drain(now)
 			}
 			if windowDue {

@@ -143,15 +143,6 @@ func (c *Collector) RememberCopy(pid, generation uint32, copied *python.Copy) {
 	}
 }
 
-// ReadsPython reports whether the Collector reads the Python frames of any
-// process: their code objects must be read while the process lives
-// (ReadPython), so samples should be drained often.
-func (c *Collector) ReadsPython() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pythons) > 0
-}
-
 // python returns the interpreter of process image k, or the one learnt
 // before its first sample.
 func (c *Collector) python(k procKey) *python.Process {

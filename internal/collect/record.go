@@ -176,7 +176,7 @@ loop:
 			// The ring holds a few seconds, the off-CPU map is sized for
 			// seconds, and Python code objects must be read while their
 			// process lives: drain as we go.
-			if o.Transfer == sampler.RingBuffer || offCPU != nil || c.ReadsPython() {
+			if o.Transfer == sampler.RingBuffer || offCPU != nil || s.PythonToRead() {
 				if err := drain(); err != nil {
 					return nil, err
 				}

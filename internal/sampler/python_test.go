@@ -120,3 +120,53 @@ func TestPythonCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestPythonToRead samples the Python fixture: PythonToRead stays false
+// while the fixture is in its first second, whose samples bring copies of
+// their code objects, turns true once samples of an older process were
+// taken, and false again when none were since the last call.
+func TestPythonToRead(t *testing.T) {
+	requireBPF(t)
+	s, err := Start(Options{Frequency: 997})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	started := time.Now() // the fixture is younger than time.Since(started)
+	pid := fixture.Python(t, "/usr/bin/python3", fixture.PythonOptions{})
+	sym := symbol.New()
+	defer sym.Close()
+	p, err := proc.Read(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym.Learn(p)
+	in, err := python.NewFinder(sym).Find(p)
+	if err != nil || in == nil {
+		t.Fatalf("Find: %v, %v", in, err)
+	}
+	if err := s.SetPython(uint32(pid), 0, in); err != nil {
+		t.Fatal(err)
+	}
+	if young := 900*time.Millisecond - time.Since(started); young > 100*time.Millisecond {
+		time.Sleep(young)
+		if s.PythonToRead() {
+			t.Error("PythonToRead: true in the fixture's first second, want false")
+		}
+	} else {
+		t.Logf("the fixture started in %v: too late to look at its first second", time.Since(started))
+	}
+	time.Sleep(time.Until(started.Add(1200 * time.Millisecond)))
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.PythonToRead() {
+		if time.Now().After(deadline) {
+			t.Fatal("PythonToRead: false for 5 s of samples after the fixture's first second, want true")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.Stop()
+	s.PythonToRead()
+	if s.PythonToRead() {
+		t.Error("PythonToRead: true with no sample since the last call, want false")
+	}
+}

@@ -187,6 +187,10 @@ type Sampler struct {
 
 	ringCounts map[ringKey]uint64 // drainRing's scratch
 
+	// oldPython is the program's old_python_samples when PythonToRead
+	// last read it.
+	oldPython uint64
+
 	// SetUnwind's value, 4 KiB, under unwindMu: one for every new
 	// process.
 	unwindMu   sync.Mutex
@@ -627,6 +631,22 @@ func (s *Sampler) Backlog() float64 {
 		return 0
 	}
 	return s.samples.backlog()
+}
+
+// PythonToRead reports whether, since it was last called, the program
+// sampled Python code of processes past their first second: their code
+// objects are read from the process as their samples are drained
+// (collect.Collector.ReadPython), so drain soon, while it lives. Younger
+// processes' samples bring copies of theirs and need no hurry. A counter
+// that cannot be read counts as moved. One caller.
+func (s *Sampler) PythonToRead() bool {
+	var n uint64
+	if err := s.objs.OldPythonSamples.Get(&n); err != nil {
+		return true
+	}
+	moved := n != s.oldPython
+	s.oldPython = n
+	return moved
 }
 
 // Stats reads the BPF program's counters.
