@@ -73,27 +73,13 @@ func TestPythonCopies(t *testing.T) {
 			defer s.Close()
 			started := time.Now() // the fixture's first second ends after started+1s
 			pid := fixture.Python(t, tc.python, fixture.PythonOptions{Script: tc.script})
-			sym := symbol.New()
-			defer sym.Close()
-			p, err := proc.Read(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sym.Learn(p)
 			// Two finders: static code objects (3.11, 3.12), kept by an
 			// interpreter's file once read, are read apart from their copies.
-			found, err := python.NewFinder(sym).Find(p)
-			if err != nil || found == nil {
-				t.Fatalf("Find: %v, %v", found, err)
-			}
-			foundRead, err := python.NewFinder(sym).Find(p)
-			if err != nil || foundRead == nil {
-				t.Fatalf("Find: %v, %v", foundRead, err)
-			}
+			found := findInterpreter(t, pid, 2)
 			mu.Lock()
-			in, inRead = found, foundRead
+			in, inRead = found[0], found[1]
 			mu.Unlock()
-			if err := s.SetPython(uint32(pid), 0, found); err != nil {
+			if err := s.SetPython(uint32(pid), 0, found[0]); err != nil {
 				t.Fatal(err)
 			}
 			listed := time.Since(started)
@@ -134,18 +120,7 @@ func TestPythonToRead(t *testing.T) {
 	defer s.Close()
 	started := time.Now() // the fixture is younger than time.Since(started)
 	pid := fixture.Python(t, "/usr/bin/python3", fixture.PythonOptions{})
-	sym := symbol.New()
-	defer sym.Close()
-	p, err := proc.Read(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym.Learn(p)
-	in, err := python.NewFinder(sym).Find(p)
-	if err != nil || in == nil {
-		t.Fatalf("Find: %v, %v", in, err)
-	}
-	if err := s.SetPython(uint32(pid), 0, in); err != nil {
+	if err := s.SetPython(uint32(pid), 0, findInterpreter(t, pid, 1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	if young := 900*time.Millisecond - time.Since(started); young > 100*time.Millisecond {
@@ -169,4 +144,26 @@ func TestPythonToRead(t *testing.T) {
 	if s.PythonToRead() {
 		t.Error("PythonToRead: true with no sample since the last call, want false")
 	}
+}
+
+// findInterpreter returns the interpreter of process pid as each of n
+// finders finds it, each finder its own cache of the interpreter's file.
+func findInterpreter(t *testing.T, pid, n int) []*python.Interpreter {
+	t.Helper()
+	sym := symbol.New()
+	t.Cleanup(func() { sym.Close() })
+	p, err := proc.Read(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym.Learn(p)
+	var found []*python.Interpreter
+	for range n {
+		in, err := python.NewFinder(sym).Find(p)
+		if err != nil || in == nil {
+			t.Fatalf("Find: %v, %v", in, err)
+		}
+		found = append(found, in)
+	}
+	return found
 }
