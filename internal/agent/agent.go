@@ -396,8 +396,7 @@ func (a *Agent) loop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			pythonToRead := a.sampler.PythonToRead() // read each tick: it says "since the last call"
-			if windowDue || pythonToRead || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() {
+			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.sampler.PythonToRead() {
 				a.drain(now)
 			}
 			if windowDue {

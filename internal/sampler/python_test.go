@@ -110,7 +110,7 @@ func TestPythonCopies(t *testing.T) {
 // TestPythonToRead samples the Python fixture: PythonToRead stays false
 // while the fixture is in its first second, whose samples bring copies of
 // their code objects, turns true once samples of an older process were
-// taken, and false again when none were since the last call.
+// taken, and false again when none were since the last Drain.
 func TestPythonToRead(t *testing.T) {
 	requireBPF(t)
 	s, err := Start(Options{Frequency: 997})
@@ -140,9 +140,11 @@ func TestPythonToRead(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.Stop()
-	s.PythonToRead()
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
 	if s.PythonToRead() {
-		t.Error("PythonToRead: true with no sample since the last call, want false")
+		t.Error("PythonToRead: true with no sample since the last Drain, want false")
 	}
 }
 

@@ -187,9 +187,9 @@ type Sampler struct {
 
 	ringCounts map[ringKey]uint64 // drainRing's scratch
 
-	// oldPython is the program's old_python_samples when PythonToRead
-	// last read it.
-	oldPython uint64
+	// drainedOldPython is the program's old_python_samples at the last
+	// Drain.
+	drainedOldPython uint64
 
 	// SetUnwind's value, 4 KiB, under unwindMu: one for every new
 	// process.
@@ -633,20 +633,24 @@ func (s *Sampler) Backlog() float64 {
 	return s.samples.backlog()
 }
 
-// PythonToRead reports whether, since it was last called, the program
-// sampled Python code of processes past their first second: their code
-// objects are read from the process as their samples are drained
+// PythonToRead reports whether, since the last Drain, the program sampled
+// Python code of processes past their first second: their code objects
+// are read from the process as their samples are drained
 // (collect.Collector.ReadPython), so drain soon, while it lives. Younger
-// processes' samples bring copies of theirs and need no hurry. A counter
-// that cannot be read counts as moved. One caller.
+// processes' samples bring copies of theirs and need no hurry. Not
+// concurrently with Drain.
+// A counter that cannot be read asks for a drain.
 func (s *Sampler) PythonToRead() bool {
+	n, err := s.oldPythonSamples()
+	return err != nil || n != s.drainedOldPython
+}
+
+// oldPythonSamples reads the program's old_python_samples, from memory
+// shared with it.
+func (s *Sampler) oldPythonSamples() (uint64, error) {
 	var n uint64
-	if err := s.objs.OldPythonSamples.Get(&n); err != nil {
-		return true
-	}
-	moved := n != s.oldPython
-	s.oldPython = n
-	return moved
+	err := s.objs.OldPythonSamples.Get(&n)
+	return n, err
 }
 
 // Stats reads the BPF program's counters.
