@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# agent-pair.sh: two agent builds side by side, both seeing the same new
+# processes: each one's CPU per new process, with its idle rate (measured
+# IDLE seconds before and IDLE seconds after the processes) taken off.
+#
+#	sudo bench/agent-pair.sh A_BIN B_BIN                  # 300 python3 runs, ten a second
+#	sudo RUNS=120 CHURN=1 bench/agent-pair.sh A_BIN B_BIN  # 120 runs, one a second
+#	sudo CHURN_WITH=brief bench/agent-pair.sh A_BIN B_BIN  # testdata/fixtures/brief.c
+#
+# Side by side, the two share the machine's hour: on a VM whose cost of
+# waking moves from hour to hour (bench/wake.c), builds run one after the
+# other differ by less than runs do. Each agent runs with the doctor off
+# (its examination once a minute lands in one phase or another). Its CPU
+# is the sum of its threads' run time (/proc/PID/task/*/schedstat); its
+# voluntary context switches are counted over the runs, idle included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+(($# == 2)) || { echo "usage: agent-pair.sh A_BIN B_BIN" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "agent-pair: needs root" >&2; exit 1; }
+CHURN=${CHURN:-10}
+source bench/churn.sh
+((CHURN > 0)) || { echo "agent-pair: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
+runs=${RUNS:-300} warm=${WARMUP:-120} idle=${IDLE:-60}
+bins=("$1" "$2") pids=() dirs=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "${dirs[@]}"; }
+trap cleanup EXIT
+
+cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
+switches() { cat /proc/"$1"/task/*/status | awk '/^voluntary_ctxt/ { n += $2 } END { print n }'; }
+now() { date +%s.%N; }
+for i in 0 1; do
+	dirs+=("$(mktemp -d)")
+	"${bins[i]}" agent --data-dir "${dirs[i]}" --listen 127.0.0.1:$((7191 + i)) --doctor-every 0 >/dev/null 2>&1 &
+	pids+=($!)
+done
+sleep "$warm"
+read -r a0 b0 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}")"
+sleep "$idle"
+read -r a1 b1 sa1 sb1 t1 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+gap=$(awk -v r="$CHURN" 'BEGIN { print 1 / r }')
+for ((n = 0; n < runs; n++)); do
+	"${churn_cmd[@]}" >/dev/null 2>&1 &
+	sleep "$gap"
+done
+wait_for=$!
+wait "$wait_for" 2>/dev/null || true
+sleep 3
+read -r a2 b2 sa2 sb2 t2 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+sleep "$idle"
+read -r a3 b3 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}")"
+awk -v runs="$runs" -v idle="$idle" -v t1="$t1" -v t2="$t2" \
+	-v a="${bins[0]}" -v a0="$a0" -v a1="$a1" -v a2="$a2" -v a3="$a3" -v sa1="$sa1" -v sa2="$sa2" \
+	-v b="${bins[1]}" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v sb1="$sb1" -v sb2="$sb2" '
+function row(name, c0, c1, c2, c3, s1, s2,   rate) {
+	rate = (c1 - c0 + c3 - c2) / (2 * idle)
+	printf "%s: %.3f ms a new process; idle %.3f%% of a core (%.3f before, %.3f after); %.1f switches a process\n",
+		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100, (s2 - s1) / runs
+}
+BEGIN { row(a, a0, a1, a2, a3, sa1, sa2); row(b, b0, b1, b2, b3, sb1, sb2) }'
