@@ -4,7 +4,9 @@
 // Both take the process's mmap_lock with a trylock and, with interrupts
 // off, release it from an irq_work. It samples one process at 99 Hz on
 // every CPU for a few seconds and prints each one's mean time and
-// failures.
+// failures; and the same walk in task context, as the process returns
+// from system calls (its first thousand), where a process's mappings
+// could be listed instead.
 //
 //	sudo go run ./bench/findvma -pid PID [-seconds 5]
 //
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -74,19 +77,28 @@ func run(pid int, d time.Duration) error {
 			return err
 		}
 	}
-	time.Sleep(d)
-	get := func(name string) (v int64) {
-		if err == nil {
-			err = coll.Variables[name].Get(&v)
-		}
-		return v
+	exits, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: coll.Programs["syscall_exit"]})
+	if err != nil {
+		return fmt.Errorf("attach to sys_exit: %w", err)
 	}
-	fmt.Printf("bpf_find_vma:     %d calls, %d failed, %.0f ns a call\n",
-		get("find_calls"), get("find_failed"), per(get("find_ns"), get("find_calls")))
-	fmt.Printf("task_vma walk:    %d calls, %d failed (last error %d), %.0f ns and %.0f VMAs a call\n",
-		get("walk_calls"), get("walk_failed"), get("walk_error"), per(get("walk_ns"), get("walk_calls")),
-		per(get("walk_vmas"), get("walk_calls")-get("walk_failed")))
-	return err
+	defer exits.Close()
+	time.Sleep(d)
+	for _, t := range []struct{ name, what string }{
+		{"finds", "bpf_find_vma, in the sampler"},
+		{"walks_in_sampler", "task_vma walk, in the sampler"},
+		{"walks_in_task", "task_vma walk, at system call exits"},
+	} {
+		var v struct{ Calls, Failed, Ns, VMAs, Error int64 }
+		if err := coll.Variables[t.name].Get(&v); err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d calls, %d failed (last error %d), %.0f ns a call", t.what, v.Calls, v.Failed, v.Error, per(v.Ns, v.Calls))
+		if t.name != "finds" {
+			fmt.Printf(", %.0f VMAs a walk", per(v.VMAs, v.Calls-v.Failed))
+		}
+		fmt.Println()
+	}
+	return nil
 }
 
 func per(total, n int64) float64 {
