@@ -43,6 +43,9 @@ func run(pid int, d time.Duration) error {
 	if pid <= 0 {
 		return fmt.Errorf("-pid: a process to sample")
 	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return fmt.Errorf("-pid %d: no such process", pid)
+	}
 	obj, err := build()
 	if err != nil {
 		return err
