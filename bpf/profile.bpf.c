@@ -216,11 +216,13 @@ struct {
 
 #define PY_YOUNG_NS 1000000000ULL
 
-// Samples of CPython processes past PY_YOUNG_NS whose Python frames were
-// read. Their code objects were not copied: user space reads them from the
-// process, which must still live, so it drains soon after this moves
-// (Sampler.PythonToRead).
-__u64 old_python_samples = 0;
+// Set when a sample read the Python frames of a CPython process past
+// PY_YOUNG_NS. Their code objects were not copied: user space reads them
+// from the process, which must still live, so it drains soon after this
+// is set (Sampler.PythonToRead), and clears it as it drains. Written only
+// while clear: samples on every CPU read it, and each write would take
+// its cache line from all of them.
+__u32 old_python_sampled = 0;
 
 // Code objects copied at most in one sample; the rest wait for the next
 // sample, or user space reads them.
@@ -1041,7 +1043,7 @@ __noinline int python_copy_codes(struct python_stack *python)
 // themselves follow only when user space must read from the process at
 // once, or the ring fills: they wake the reader. Otherwise the sample
 // names them when it is drained, after the copies. A sample of an older
-// process counts in old_python_samples.
+// process sets old_python_sampled.
 static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
@@ -1049,7 +1051,8 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 	if (!n || n > PY_MAX_FRAMES)
 		return;
 	if (bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS) {
-		__sync_fetch_and_add(&old_python_samples, 1);
+		if (!*(volatile __u32 *)&old_python_sampled)
+			old_python_sampled = 1;
 		return;
 	}
 	python->pid = tgid;

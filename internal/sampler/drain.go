@@ -18,11 +18,10 @@ const drainBatch = 1024
 // Backlog passes one half: checked every second, the ring then has room
 // for 2 s more at ~512 bytes a sample.
 func (s *Sampler) Drain() ([]Sample, error) {
-	// Read first: a sample counted after it but drained now only makes
-	// PythonToRead ask for one drain more.
-	if n, err := s.oldPythonSamples(); err == nil {
-		s.drainedOldPython = n
-	}
+	// Cleared first: a sample that sets it again but is drained now only
+	// makes PythonToRead ask for one drain more. One that cannot be
+	// cleared asks for drains every second, which is all it costs.
+	_ = s.objs.OldPythonSampled.Set(uint32(0))
 	// Copies of code objects that young Python samples ran woke no one:
 	// they are read before the samples that ran them. An error is the ring's
 	// layout, which ended its reader too.

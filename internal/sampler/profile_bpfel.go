@@ -275,7 +275,7 @@ const (
 	profileVarKernelStacks          = "kernel_stacks"
 	profileVarOffCpuMinNs           = "off_cpu_min_ns"
 	profileVarOffCpuSample          = "off_cpu_sample"
-	profileVarOldPythonSamples      = "old_python_samples"
+	profileVarOldPythonSampled      = "old_python_sampled"
 	profileVarProcEpoch             = "proc_epoch"
 	profileVarSelfTgid              = "self_tgid"
 	profileVarTablesEpoch           = "tables_epoch"
@@ -376,7 +376,7 @@ type profileVariableSpecs struct {
 	KernelStacks          *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
 	OffCpuSample          *ebpf.VariableSpec `ebpf:"off_cpu_sample"`
-	OldPythonSamples      *ebpf.VariableSpec `ebpf:"old_python_samples"`
+	OldPythonSampled      *ebpf.VariableSpec `ebpf:"old_python_sampled"`
 	ProcEpoch             *ebpf.VariableSpec `ebpf:"proc_epoch"`
 	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TablesEpoch           *ebpf.VariableSpec `ebpf:"tables_epoch"`
@@ -469,7 +469,7 @@ type profileVariables struct {
 	KernelStacks          *ebpf.Variable `ebpf:"kernel_stacks"`
 	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
 	OffCpuSample          *ebpf.Variable `ebpf:"off_cpu_sample"`
-	OldPythonSamples      *ebpf.Variable `ebpf:"old_python_samples"`
+	OldPythonSampled      *ebpf.Variable `ebpf:"old_python_sampled"`
 	ProcEpoch             *ebpf.Variable `ebpf:"proc_epoch"`
 	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
 	TablesEpoch           *ebpf.Variable `ebpf:"tables_epoch"`

@@ -187,10 +187,6 @@ type Sampler struct {
 
 	ringCounts map[ringKey]uint64 // drainRing's scratch
 
-	// drainedOldPython is the program's old_python_samples at the last
-	// Drain.
-	drainedOldPython uint64
-
 	// SetUnwind's value, 4 KiB, under unwindMu: one for every new
 	// process.
 	unwindMu   sync.Mutex
@@ -637,20 +633,11 @@ func (s *Sampler) Backlog() float64 {
 // Python code of processes past their first second: their code objects
 // are read from the process as their samples are drained
 // (collect.Collector.ReadPython), so drain soon, while it lives. Younger
-// processes' samples bring copies of theirs and need no hurry. Not
-// concurrently with Drain.
-// A counter that cannot be read asks for a drain.
+// processes' samples bring copies of theirs and need no hurry. A flag
+// that cannot be read asks for a drain.
 func (s *Sampler) PythonToRead() bool {
-	n, err := s.oldPythonSamples()
-	return err != nil || n != s.drainedOldPython
-}
-
-// oldPythonSamples reads the program's old_python_samples, from memory
-// shared with it.
-func (s *Sampler) oldPythonSamples() (uint64, error) {
-	var n uint64
-	err := s.objs.OldPythonSamples.Get(&n)
-	return n, err
+	var sampled uint32
+	return s.objs.OldPythonSampled.Get(&sampled) != nil || sampled != 0
 }
 
 // Stats reads the BPF program's counters.
