@@ -48,21 +48,20 @@ if [[ $LOAD == spin ]]; then
 	done
 fi
 addr=127.0.0.1:7098
-cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 run() { # binary flags
 	local data; data=$(mktemp -d -p "$tmp")
 	# shellcheck disable=SC2086 # the flags are words
 	"$1" agent --data-dir "$data" --listen "$addr" $2 2>"$data.log" & local a=$!
 	sleep "${WARMUP:-$((CHURN > 0 ? 150 : 25))}"
 	if ((CHURN > 0)); then
-		echo "$1 [$2]: $(churn_phases $a metric cpu)"
+		echo "$1 [$2]: $(churn_phases $a)"
 		kill $a; wait $a || true
 		return
 	fi
 	local c0 b0 n0 c1 b1 n1
-	c0=$(cpu $a); b0=$(metric flint_bpf_run_seconds_total); n0=$(metric flint_samples_total)
+	c0=$(agent_cpu $a); b0=$(metric flint_bpf_run_seconds_total); n0=$(metric flint_samples_total)
 	sleep "$secs"
-	c1=$(cpu $a); b1=$(metric flint_bpf_run_seconds_total); n1=$(metric flint_samples_total)
+	c1=$(agent_cpu $a); b1=$(metric flint_bpf_run_seconds_total); n1=$(metric flint_samples_total)
 	kill $a; wait $a || true
 	awk -v bin="$1" -v f="$2" -v c0="$c0" -v c1="$c1" -v b0="$b0" -v b1="$b1" -v n0="$n0" -v n1="$n1" -v s="$secs" 'BEGIN {
 		printf "%s [%s]: agent %.3f%%, BPF %.3f%% of one core (%.2f us a sample)\n",

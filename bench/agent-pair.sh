@@ -13,6 +13,8 @@
 # (its examination once a minute lands in one phase or another). Its CPU
 # is the sum of its threads' run time (/proc/PID/task/*/schedstat); its
 # voluntary context switches are counted over the runs, idle included.
+# The new processes are bench/churn.sh's (CHURN_WITH), started as it
+# starts them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (($# == 2)) || { echo "usage: agent-pair.sh A_BIN B_BIN" >&2; exit 2; }
@@ -25,7 +27,6 @@ bins=("$1" "$2") pids=() dirs=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "${dirs[@]}"; }
 trap cleanup EXIT
 
-cpu() { cat /proc/"$1"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
 switches() { cat /proc/"$1"/task/*/status | awk '/^voluntary_ctxt/ { n += $2 } END { print n }'; }
 now() { date +%s.%N; }
 for i in 0 1; do
@@ -34,26 +35,24 @@ for i in 0 1; do
 	pids+=($!)
 done
 sleep "$warm"
-read -r a0 b0 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}")"
+read -r a0 b0 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}")"
 sleep "$idle"
-read -r a1 b1 sa1 sb1 t1 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
-gap=$(awk -v r="$CHURN" 'BEGIN { print 1 / r }')
-for ((n = 0; n < runs; n++)); do
-	"${churn_cmd[@]}" >/dev/null 2>&1 &
-	sleep "$gap"
-done
-wait_for=$!
-wait "$wait_for" 2>/dev/null || true
-sleep 3
-read -r a2 b2 sa2 sb2 t2 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+read -r a1 b1 sa1 sb1 t1 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+count=$(mktemp); dirs+=("$count")
+churn_start "$count"
+sleep "$(awk -v n="$runs" -v r="$CHURN" 'BEGIN { print n / r }')" # RUNS, about
+churn_stop
+sleep 3 # the last runs end, and the agent learns them
+read -r a2 b2 sa2 sb2 t2 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
 sleep "$idle"
-read -r a3 b3 <<<"$(cpu "${pids[0]}") $(cpu "${pids[1]}")"
+read -r a3 b3 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}")"
+runs=$(stat -c %s "$count") # started, to the one
 awk -v runs="$runs" -v idle="$idle" -v t1="$t1" -v t2="$t2" \
 	-v a="${bins[0]}" -v a0="$a0" -v a1="$a1" -v a2="$a2" -v a3="$a3" -v sa1="$sa1" -v sa2="$sa2" \
 	-v b="${bins[1]}" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v sb1="$sb1" -v sb2="$sb2" '
 function row(name, c0, c1, c2, c3, s1, s2,   rate) {
 	rate = (c1 - c0 + c3 - c2) / (2 * idle)
-	printf "%s: %.3f ms a new process; idle %.3f%% of a core (%.3f before, %.3f after); %.1f switches a process\n",
-		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100, (s2 - s1) / runs
+	printf "%s: %.3f ms a new process (%d started); idle %.3f%% of a core (%.3f before, %.3f after); %.1f switches a process\n",
+		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, runs, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100, (s2 - s1) / runs
 }
 BEGIN { row(a, a0, a1, a2, a3, sa1, sa2); row(b, b0, b1, b2, b3, sb1, sb2) }'

@@ -70,11 +70,6 @@ for _ in $(seq "$(nproc)"); do
 	done
 done
 
-# CPU seconds to the nanosecond: the sum of the agent's threads' run time
-# (/proc/PID/stat's utime+stime count whole 10 ms ticks).
-# A thread that exits between the glob and the read is not an error.
-cpu_s() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
-
 addr=127.0.0.1:7079
 data=$(mktemp -d)
 # shellcheck disable=SC2086
@@ -86,17 +81,17 @@ until [[ $(metric flint_samples_total 2>/dev/null || true) =~ ^[1-9] ]]; do
 	kill -0 $agent 2>/dev/null || die "agent exited: $(cat "$out/agent.log")"
 	sleep 0.05
 done
-startup=$(cpu_s $agent)
+startup=$(agent_cpu $agent)
 say "start-up to first sample: ${startup} s CPU"
 
 say "warming up for ${WARMUP} s"
 sleep "$WARMUP"
 steady_metrics="flint_bpf_run_seconds_total flint_samples_written_total flint_samples_total flint_off_cpu_spans_total flint_off_cpu_lost_total"
-cpu0=$(cpu_s $agent); read -r bpf0 samples0 taken0 spans0 offlost0 < <(metric $steady_metrics)
+cpu0=$(agent_cpu $agent); read -r bpf0 samples0 taken0 spans0 offlost0 < <(metric $steady_metrics)
 progs $agent >"$out/progs0.tsv"; busy0=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
 say "steady state for ${STEADY} s"
 sleep "$STEADY"
-cpu1=$(cpu_s $agent); read -r bpf1 samples1 taken1 spans1 offlost1 < <(metric $steady_metrics)
+cpu1=$(agent_cpu $agent); read -r bpf1 samples1 taken1 spans1 offlost1 < <(metric $steady_metrics)
 progs $agent >"$out/progs1.tsv"; busy1=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat)
 read -r walks complete rows binaries < <(metric flint_unwind_walks_total flint_unwind_complete_total flint_unwind_rows flint_unwind_binaries)
 peak=$(awk '/VmHWM/ { print $2 / 1024 }' /proc/$agent/status)
@@ -105,7 +100,7 @@ written=$(metric flint_samples_written_total)
 churned=
 if ((CHURN > 0)); then
 	say "churn: ${PHASE} s without, ${PHASE} s with $CHURN new processes a second"
-	churned=$(churn_phases $agent metric cpu_s)
+	churned=$(churn_phases $agent)
 fi
 kill -TERM $agent; wait $agent || true
 

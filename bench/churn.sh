@@ -55,6 +55,12 @@ churn_start() {
 
 churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; }
 
+# agent_cpu PID: the CPU seconds of PID's threads to the nanosecond, the
+# sum of their run time in /proc/PID/task/*/schedstat (/proc/PID/stat's
+# utime+stime count whole 10 ms ticks); 0 once it is gone, and a thread
+# that exits between the glob and the read is not an error.
+agent_cpu() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'; }
+
 # metric NAME...: the agent's metrics (it listens on $addr), their values
 # in the order asked (0 for one it does not report), from one read of
 # /metrics: each curl is a new process the agent learns.
@@ -63,7 +69,7 @@ metric() {
 		{ v[$1] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", (want[i] in v ? v[want[i]] : 0), (i < n ? " " : "\n") }'
 }
 
-# churn_phases AGENT-PID METRIC-FUNCTION CPU-FUNCTION: prints two lines a
+# churn_phases AGENT-PID: prints two lines a
 # cycle: agent and BPF CPU (% of one core) with churn off and on, the
 # processes started, and the agent+BPF CPU per new process in ms; then
 # what a new process brings the BPF programs: the samples taken more, the
@@ -86,11 +92,11 @@ metric() {
 # (0.05-1.27% of a core in one day's runs on one VM, against 60 new
 # processes a minute; docs/BENCHMARKS.md).
 churn_phases() {
-	local agent=$1 metric=$2 cpu=$3 count off on warm end cycle results=""
+	local agent=$1 count off on warm end cycle results=""
 	count=$(mktemp)
 	# A reading: agent CPU, BPF run time, samples, Python code objects
 	# copied (one read of /metrics: each curl is a new process), runs started.
-	reading() { echo "$($cpu "$agent") $($metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
+	reading() { echo "$(agent_cpu "$agent") $(metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
 	for ((cycle = 1; cycle <= CYCLES; cycle++)); do
 		if ((cycle > 1)); then
 			churn_stop

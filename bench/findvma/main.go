@@ -46,7 +46,12 @@ func run(pid int, d time.Duration) error {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 		return fmt.Errorf("-pid %d: no such process", pid)
 	}
-	obj, err := build()
+	dir, err := os.MkdirTemp("", "findvma")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	obj, err := build(dir)
 	if err != nil {
 		return err
 	}
@@ -111,14 +116,10 @@ func per(total, n int64) float64 {
 	return float64(total) / float64(n)
 }
 
-// build compiles the BPF program beside this file into a temporary
-// directory and returns the object's path.
-func build() (string, error) {
+// build compiles the BPF program beside this file into dir and returns
+// the object's path.
+func build(dir string) (string, error) {
 	_, self, _, _ := runtime.Caller(0)
-	dir, err := os.MkdirTemp("", "findvma")
-	if err != nil {
-		return "", err
-	}
 	btf, err := exec.Command("bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()
 	if err != nil {
 		return "", fmt.Errorf("bpftool btf dump: %w", err)
