@@ -288,6 +288,8 @@ __u32 generation = 0;
 // Force BTF for the types user space decodes.
 const struct sample_event *unused_sample_event __attribute__((unused));
 const struct new_proc *unused_new_proc __attribute__((unused));
+const struct listed_proc *unused_listed_proc __attribute__((unused));
+const enum listed_mapping_flags *unused_listed_mapping_flags __attribute__((unused));
 const enum sampler_stat *unused_sampler_stat __attribute__((unused));
 const struct unwind_proc *unused_unwind_proc __attribute__((unused));
 const enum cfa_kind *unused_cfa_kind __attribute__((unused));
@@ -319,9 +321,174 @@ static __always_inline void count(enum sampler_stat s)
 	percpu_inc(&stats, s);
 }
 
+// new_proc_of fills e with what user space needs of a new process tgid.
+static __always_inline void new_proc_of(struct new_proc *e, __u32 tgid, __u32 generation)
+{
+	e->pid = tgid;
+	e->generation = generation;
+	struct task_struct *leader = BPF_CORE_READ(bpf_get_current_task_btf(), group_leader);
+	e->start_boottime = BPF_CORE_READ(leader, start_boottime);
+	// The executable's text mapping names the executable: no readlink of
+	// /proc/PID/exe (even in a container, whose overlayfs gives the
+	// mapping and the exe link different inodes).
+	e->start_code = BPF_CORE_READ(leader, mm, start_code);
+	if (bpf_probe_read_kernel(e->comm, sizeof(e->comm), &leader->comm))
+		__builtin_memset(e->comm, 0, sizeof(e->comm)); // user space reads /proc then
+}
+
+// Linux 6.18's task works: absent, every announcement is sent at once.
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw, void *map__map,
+					      bpf_task_work_callback_t callback, void *aux__prog) __ksym __weak;
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, __u64 addr) __ksym __weak;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __ksym __weak;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __ksym __weak;
+
+// An announcement waiting for its process to list its mappings.
+struct listing {
+	struct bpf_task_work work;
+	struct listed_proc proc;
+};
+
+// Announcements being listed: tgid -> one. A process that exits before it
+// returns to user space never runs its task work: LRU eviction drops it.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct listing);
+} listings SEC(".maps");
+
+// What a new listings entry is copied from: a value too large for the
+// stack, as bytes (a per-CPU map may not hold a task work); never written.
+struct listing_bytes {
+	__u8 bytes[sizeof(struct listing)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct listing_bytes);
+} blank_listing SEC(".maps");
+
+#define VM_EXEC 0x4
+
+// list_mapping describes vma, an executable mapping of the current process
+// whose vDSO starts at vdso, in m.
+static __always_inline void list_mapping(struct listed_mapping *m, struct vm_area_struct *vma, __u64 vdso)
+{
+	m->start = BPF_CORE_READ(vma, vm_start);
+	m->end = BPF_CORE_READ(vma, vm_end);
+	m->offset = BPF_CORE_READ(vma, vm_pgoff) << 12;
+	m->flags = 0;
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+	if (!f) {
+		m->inode = m->dev = m->inode_generation = 0;
+		if (m->start == vdso)
+			m->flags = LISTED_VDSO;
+		return;
+	}
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	m->inode = BPF_CORE_READ(inode, i_ino);
+	m->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	m->inode_generation = BPF_CORE_READ(inode, i_generation);
+	// As d_path marks it " (deleted)": an unhashed dentry, not a root.
+	struct dentry *d = BPF_CORE_READ(f, f_path.dentry);
+	if (BPF_CORE_READ(d, d_parent) != d && !BPF_CORE_READ(d, d_hash.pprev))
+		m->flags = LISTED_DELETED;
+}
+
+// cgroups_key names the cgroups task is in, in every hierarchy: a hash of
+// its css_set (shared by the tasks of one membership; named v1
+// hierarchies, which have no controller, are only there) and of the
+// kernfs IDs of its cgroups, which are never reused, against a css_set
+// freed and its memory reused.
+static __always_inline __u64 cgroups_key(struct task_struct *task)
+{
+	__u64 ids[16];
+	struct css_set *set = BPF_CORE_READ(task, cgroups);
+	ids[0] = (__u64)set;
+	ids[1] = BPF_CORE_READ(set, dfl_cgrp, kn, id);
+	__u32 n = 2, subsystems = bpf_core_field_size(set->subsys) / sizeof(set->subsys[0]);
+	for (__u32 i = 0; i < 14; i++) {
+		if (i >= subsystems)
+			break;
+		struct cgroup_subsys_state *css = NULL;
+		bpf_core_read(&css, sizeof(css), &set->subsys[i]);
+		ids[n++ & 15] = css ? BPF_CORE_READ(css, cgroup, kn, id) : 0;
+	}
+	return hash_ips(ids, n, 16);
+}
+
+// list_mappings is the task work of a listings entry: in the process's
+// own context, where walking its mappings is allowed (not in the sampler,
+// which runs with interrupts off), it lists the executable ones and sends
+// the announcement. 9-12 us for a python3 process's hundred mappings
+// (docs/BENCHMARKS.md).
+static int list_mappings(struct bpf_map *map, void *key, void *value)
+{
+	struct listed_proc *l = &((struct listing *)value)->proc;
+	struct known_proc *known = bpf_map_lookup_elem(&known_procs, key);
+	if (known && known->generation == l->proc.generation) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		__u64 vdso = (__u64)BPF_CORE_READ(task, mm, context.vdso);
+		struct bpf_iter_task_vma it;
+		struct vm_area_struct *vma;
+		l->len = 0;
+		l->complete = bpf_iter_task_vma_new(&it, task, 0) == 0;
+		while (l->complete && (vma = bpf_iter_task_vma_next(&it))) {
+			if (!(BPF_CORE_READ(vma, vm_flags) & VM_EXEC))
+				continue;
+			// Counted in the map, not a register: the verifier then
+			// sees each turn alike, not one per count.
+			__u32 n = l->len;
+			if (n >= MAX_LISTED_MAPPINGS) {
+				l->complete = 0;
+				break;
+			}
+			list_mapping(&l->mappings[n], vma, vdso);
+			l->len = n + 1;
+		}
+		bpf_iter_task_vma_destroy(&it);
+		l->cgroups = cgroups_key(task);
+		__u32 n = l->len;
+		if (n > MAX_LISTED_MAPPINGS)
+			n = MAX_LISTED_MAPPINGS; // as it is: tells the verifier
+		if (bpf_ringbuf_output(&proc_events, l,
+				       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), 0))
+			count(STAT_PROC_EVENTS_LOST);
+	}
+	bpf_map_delete_elem(map, key);
+	return 0;
+}
+
+// announce_listed has the current process, of user code interrupted just
+// now, announce itself with its mappings as it returns to it; false when
+// it cannot.
+static __always_inline bool announce_listed(__u32 tgid, __u32 generation)
+{
+	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
+		return false;
+	__u32 zero = 0;
+	struct listing_bytes *blank = bpf_map_lookup_elem(&blank_listing, &zero);
+	if (!blank || bpf_map_update_elem(&listings, &tgid, blank, BPF_ANY))
+		return false;
+	struct listing *l = bpf_map_lookup_elem(&listings, &tgid);
+	if (!l)
+		return false;
+	new_proc_of(&l->proc.proc, tgid, generation);
+	if (bpf_task_work_schedule_resume_impl(bpf_get_current_task_btf(), &l->work, &listings, list_mappings, NULL)) {
+		bpf_map_delete_elem(&listings, &tgid);
+		return false;
+	}
+	return true;
+}
+
 // announce returns what known_procs knows of tgid, announcing the process
-// to user space the first time it is seen.
-static __always_inline struct known_proc announce(__u32 tgid)
+// to user space the first time it is seen: listed when the sample
+// interrupted user code (in_user), whose return runs the listing at once;
+// else (a thread in the kernel may sleep there for long) unlisted, now.
+static __always_inline struct known_proc announce(__u32 tgid, bool in_user)
 {
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
 	if (known)
@@ -333,29 +500,22 @@ static __always_inline struct known_proc announce(__u32 tgid)
 		known = bpf_map_lookup_elem(&known_procs, &tgid);
 		return known ? *known : k;
 	}
+	if (in_user && announce_listed(tgid, k.generation))
+		return k;
 	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
 		count(STAT_PROC_EVENTS_LOST);
 		return k;
 	}
-	e->pid = tgid;
-	e->generation = k.generation;
-	struct task_struct *leader = BPF_CORE_READ(bpf_get_current_task_btf(), group_leader);
-	e->start_boottime = BPF_CORE_READ(leader, start_boottime);
-	// The executable's text mapping names the executable: no readlink of
-	// /proc/PID/exe (even in a container, whose overlayfs gives the
-	// mapping and the exe link different inodes).
-	e->start_code = BPF_CORE_READ(leader, mm, start_code);
-	if (bpf_probe_read_kernel(e->comm, sizeof(e->comm), &leader->comm))
-		__builtin_memset(e->comm, 0, sizeof(e->comm)); // user space reads /proc then
+	new_proc_of(e, tgid, k.generation);
 	bpf_ringbuf_submit(e, 0);
 	return k;
 }
 
 // see_proc makes this CPU's cache (c, the scratch's) tgid's: its
-// generation announced, and what it lacks if found under the current
-// tables_epoch.
-static __always_inline void see_proc(struct seen_proc *c, __u32 tgid)
+// generation announced (announce, in_user), and what it lacks if found
+// under the current tables_epoch.
+static __always_inline void see_proc(struct seen_proc *c, __u32 tgid, bool in_user)
 {
 	// Read the epochs before the lookups: an exec, fork or listing
 	// racing with them leaves a stale epoch in the cache, never a stale
@@ -363,7 +523,7 @@ static __always_inline void see_proc(struct seen_proc *c, __u32 tgid)
 	__u64 epoch = *(volatile __u64 *)&proc_epoch;
 	__u32 tables = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	if (c->tgid != tgid || c->epoch != epoch || !c->known.generation) {
-		c->known = announce(tgid);
+		c->known = announce(tgid, in_user);
 		c->tgid = tgid;
 		c->epoch = epoch;
 	}
@@ -1085,7 +1245,7 @@ int sample(struct bpf_perf_event_data *ctx)
 
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
-	see_proc(&sc->seen, tgid);
+	see_proc(&sc->seen, tgid, user_mode(ctx));
 	__u32 gen = sc->seen.known.generation;
 
 	if (use_ringbuf) {
@@ -1195,7 +1355,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	see_proc(&sc->seen, tgid);
+	see_proc(&sc->seen, tgid, false);
 	stack_key(ctx, false, bpf_get_current_task_btf(), tid, sc, &off_cpu_stacks, &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;

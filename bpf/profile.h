@@ -66,6 +66,41 @@ struct new_proc {
 	char comm[COMM_LEN];  // the thread group leader's name
 };
 
+// A new process's executable mappings, listed by the kernel in the
+// process's own context (a task work the sampler schedules, Linux 6.18),
+// so that user space need not read /proc/PID/maps for files it knows.
+#define MAX_LISTED_MAPPINGS 64
+
+enum listed_mapping_flags {
+	LISTED_DELETED = 1, // the file was removed after mapping
+	LISTED_VDSO = 2,    // the kernel's vDSO (anonymous, named "[vdso]")
+};
+
+struct listed_mapping {
+	__u64 start, end;
+	__u64 offset; // in the file; for anonymous memory, as /proc/PID/maps has it
+	// The mapped file as the kernel holds it: with an overlay file system
+	// not the inode /proc shows, so user space matches them by address
+	// once (collect.Collector). 0: anonymous.
+	__u64 inode;
+	__u32 dev; // the inode's file system, the kernel's encoding
+	__u32 inode_generation;
+	__u32 flags; // enum listed_mapping_flags
+	__u32 pad;
+};
+
+// A new_proc with its executable mappings: what proc_events carries when
+// the kernel could list them, cut after mappings[len].
+struct listed_proc {
+	struct new_proc proc;
+	__u32 complete; // 0: not listed, or more than MAX_LISTED_MAPPINGS
+	__u32 len;
+	// Names the cgroups the process is in, in every hierarchy: the same
+	// for processes whose /proc/PID/cgroup is the same.
+	__u64 cgroups;
+	struct listed_mapping mappings[MAX_LISTED_MAPPINGS];
+};
+
 // DWARF-based unwinding (docs/UNWIND.md). User space turns each binary's
 // .eh_frame into rows, stores every binary's rows sorted by PC in one array,
 // and lists per process where each executable mapping's rows are.

@@ -114,6 +114,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	byReason(w, "flint_naming_skipped_total", "Inputs naming skipped, by reason.",
 		reason{"perf_map_rejected", ns.PerfMapsRejected}, reason{"perf_map_truncated", ns.PerfMapsTruncated},
 		reason{"file_not_held", ns.FilesNotHeld}, reason{"process_not_learned", cs.ProcessesSkipped})
+	gauge("flint_processes_listed_total", "New processes named from the kernel's listing of their mappings, without reading /proc/PID/maps.", "counter", cs.ProcessesListed)
 	gauge("flint_python_processes", "CPython processes whose Python frames are read.", "gauge", cs.PythonProcesses)
 	gauge("flint_python_unsupported_total", "CPython processes of versions whose frames flint cannot read (native frames only).", "counter", cs.PythonUnsupported)
 	if a.spool == nil {

@@ -30,6 +30,13 @@ type Collector struct {
 	procs   map[procKey]*procEntry
 	files   map[proc.FileKey]*fileUse // files mapped by known processes
 	skipped uint64                    // processes not learned: maxProcs known
+	// listed is what /proc calls the files the kernel listed (Announced),
+	// of those in files; listedLearned counts the processes named from
+	// such listings. cgroups are the cgroups of processes read from /proc,
+	// by the kernel's key for them (sampler.NewProc.Cgroups).
+	listed        map[sampler.KernelFile]proc.FileKey
+	listedLearned uint64
+	cgroups       map[uint64]proc.Cgroups
 
 	pyKernel      PythonKernel   // nil: Python frames are not read
 	pyFinder      *python.Finder // its lock is taken after mu (Forget)
@@ -45,6 +52,7 @@ type Collector struct {
 type fileUse struct {
 	mappings int
 	path     string
+	listedAs sampler.KernelFile // as the kernel lists it; zero: not matched yet
 }
 
 // maxProcs bounds the process images known at once. Exited processes are
@@ -65,6 +73,7 @@ type procKey struct{ pid, generation uint32 }
 // New returns a Collector naming with sym; node labels every sample.
 func New(sym *symbol.Symbolizer, node string) *Collector {
 	return &Collector{sym: sym, node: node, procs: map[procKey]*procEntry{}, files: map[proc.FileKey]*fileUse{},
+		listed: map[sampler.KernelFile]proc.FileKey{}, cgroups: map[uint64]proc.Cgroups{},
 		pyFinder: python.NewFinder(sym), pythons: map[procKey]*python.Process{}}
 }
 
@@ -111,20 +120,61 @@ func (c *Collector) SetUnwinder(u Unwinder) {
 // counts them): their samples keep the names the kernel gave them, their
 // frames are unknown.
 func (c *Collector) NewProc(pid, generation uint32) {
-	c.learn(pid, generation, func() (*proc.Process, error) { return proc.Read(int(pid)) })
+	c.learn(sampler.NewProc{PID: pid, Generation: generation}, func() (*proc.Process, error) { return proc.Read(int(pid)) })
 }
 
 // Announced is NewProc for a process the sampler announced (its OnNewProc
 // callback), with the name, start time and executable's text its BPF
 // program read, which spares reading /proc/PID/stat and /proc/PID/exe.
+// When the kernel listed the process, what processes read from /proc
+// taught of its files and cgroups spares reading /proc/PID/maps and
+// /proc/PID/cgroup: a process of files and cgroups seen before is named
+// without reading /proc at all.
 func (c *Collector) Announced(np sampler.NewProc) {
-	c.learn(np.PID, np.Generation, func() (*proc.Process, error) {
-		return proc.ReadKnown(int(np.PID), proc.Known{Comm: np.Comm, StartTime: np.StartTime, ExeText: np.ExeText})
-	})
+	known := proc.Known{Comm: np.Comm, StartTime: np.StartTime, ExeText: np.ExeText}
+	c.mu.Lock()
+	if np.Listed && len(c.procs) < maxProcs {
+		if known.Mappings = c.named(np.Mappings); known.Mappings != nil {
+			c.listedLearned++
+		}
+	}
+	if cg, ok := c.cgroups[np.Cgroups]; ok && np.Cgroups != 0 {
+		known.Cgroups = &cg
+	}
+	c.mu.Unlock()
+	c.learn(np, func() (*proc.Process, error) { return proc.ReadKnown(int(np.PID), known) })
 }
 
-// learn snapshots a process with read and names its files from then on.
-func (c *Collector) learn(pid, generation uint32, read func() (*proc.Process, error)) {
+// named returns the mappings the kernel listed as /proc names them; nil
+// unless it knows every one. A file's name and /proc identity come from
+// a process that mapped it read from /proc (matchListed); anonymous code,
+// a JIT's, is left to /proc, which also finds the namespace PID its map
+// is named by. Callers hold mu.
+func (c *Collector) named(listing []sampler.ListedMapping) []proc.Mapping {
+	ms := make([]proc.Mapping, len(listing))
+	for i, l := range listing {
+		m := proc.Mapping{Start: l.Start, End: l.End, Offset: l.Offset, Deleted: l.Deleted}
+		switch k, ok := c.listed[l.File]; {
+		case l.VDSO:
+			m.Path = "[vdso]"
+		case l.File.Inode == 0 || !ok:
+			return nil
+		default:
+			m.Dev, m.Inode, m.Path = k.Dev, k.Inode, c.files[k].path
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
+// maxCgroups bounds the cgroups known by the kernel's key: more, and they
+// are learned again.
+const maxCgroups = 4096
+
+// learn snapshots the process np with read and names its files from then
+// on. What the kernel told of it (np's listing, cgroups) is matched to what
+// read found, for the processes after it.
+func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)) {
 	c.mu.Lock()
 	full := len(c.procs) >= maxProcs
 	if full {
@@ -139,16 +189,45 @@ func (c *Collector) learn(pid, generation uint32, read func() (*proc.Process, er
 		return // gone already: its samples keep their names from the kernel only
 	}
 	c.sym.Learn(p)
+	k := procKey{np.PID, np.Generation}
 	c.mu.Lock()
 	if c.unwinder != nil {
-		c.unwinder.Learn(p, generation)
+		c.unwinder.Learn(p, k.generation)
 	}
-	c.procs[procKey{pid, generation}] = &procEntry{p: p}
+	c.procs[k] = &procEntry{p: p}
 	c.countFiles(p.Mappings, 1)
+	if np.Listed {
+		c.matchListed(np.Mappings, p)
+	}
+	if np.Cgroups != 0 && p.Cgroup != "" { // "": unread (gone), or the root
+		if len(c.cgroups) >= maxCgroups {
+			clear(c.cgroups)
+		}
+		c.cgroups[np.Cgroups] = p.Cgroups()
+	}
 	c.mu.Unlock()
-	c.notePython(c.learnPython(procKey{pid, generation}, p))
+	c.notePython(c.learnPython(k, p))
 	if c.jit != nil && isJVM(p) {
 		c.jit(p.PID)
+	}
+}
+
+// matchListed notes what /proc calls each file the kernel listed of p and
+// has not been matched yet, pairing the mappings by address: with an
+// overlay file system (a container's) the kernel holds another inode than
+// the one /proc shows. Callers hold mu, with p's files counted.
+func (c *Collector) matchListed(listing []sampler.ListedMapping, p *proc.Process) {
+	for _, l := range listing {
+		if _, ok := c.listed[l.File]; ok || l.File.Inode == 0 {
+			continue
+		}
+		m := p.Find(l.Start)
+		if m == nil || m.Start != l.Start || m.End != l.End || m.Inode == 0 {
+			continue
+		}
+		k := m.Key()
+		c.listed[l.File] = k
+		c.files[k].listedAs = l.File
 	}
 }
 
@@ -211,6 +290,9 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 		}
 		if u.mappings += delta; u.mappings <= 0 {
 			delete(c.files, k)
+			if c.listed[u.listedAs] == k {
+				delete(c.listed, u.listedAs)
+			}
 		}
 	}
 }
@@ -228,6 +310,9 @@ type Stats struct {
 	PythonProcesses   int
 	PythonUnsupported uint64
 	PythonNote        string
+	// ProcessesListed counts new processes named from the kernel's listing
+	// of their mappings, without reading /proc/PID/maps.
+	ProcessesListed uint64
 }
 
 // Stats returns the Collector's counters.
@@ -235,7 +320,8 @@ func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{ProcessesSkipped: c.skipped, Files: len(c.files),
-		PythonProcesses: len(c.pythons), PythonUnsupported: c.pyUnsupported, PythonNote: c.pyNote}
+		PythonProcesses: len(c.pythons), PythonUnsupported: c.pyUnsupported, PythonNote: c.pyNote,
+		ProcessesListed: c.listedLearned}
 }
 
 // Maps reports whether a known process maps the file; it tells

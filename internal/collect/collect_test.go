@@ -1,10 +1,13 @@
 package collect
 
 import (
+	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,5 +263,104 @@ func TestCollectorBoundedUnderChurn(t *testing.T) {
 	}
 	if n, st := c.Processes(), c.Stats(); n != 0 || st.Files != 0 {
 		t.Errorf("after the process exited: %d processes, %d files known", n, st.Files)
+	}
+}
+
+// startAsleep is startSleep, returning once sleep sleeps: every library
+// it uses is mapped.
+func startAsleep(t *testing.T) (*exec.Cmd, *proc.Process) {
+	t.Helper()
+	child, _ := startSleep(t)
+	stat := fmt.Sprintf("/proc/%d/stat", child.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && bytes.HasPrefix(b[i:], []byte(") S")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not asleep after 10 s: %s", stat, b)
+		}
+	}
+	p, err := proc.Read(child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return child, p
+}
+
+// listingOf is what the kernel would list of p's mappings, its files as
+// an overlay file system makes them: other inodes than /proc shows.
+func listingOf(p *proc.Process) []sampler.ListedMapping {
+	var ls []sampler.ListedMapping
+	for _, m := range p.Mappings {
+		l := sampler.ListedMapping{Start: m.Start, End: m.End, Offset: m.Offset, Deleted: m.Deleted, VDSO: m.Path == "[vdso]"}
+		if m.Inode != 0 {
+			l.File = sampler.KernelFile{Inode: m.Inode + 1<<40, Dev: 9, Generation: 1}
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// TestAnnouncedListed checks that a process the kernel listed is named as
+// /proc names it once its files are known by their /proc names, even when
+// it has exited by then, and that what is known of them goes with the
+// processes that mapped them.
+func TestAnnouncedListed(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	first, firstRead := startAsleep(t)
+	second, secondRead := startAsleep(t)
+	announce := func(child *exec.Cmd, gen uint32, listing []sampler.ListedMapping) *proc.Process {
+		t.Helper()
+		c.Announced(sampler.NewProc{PID: uint32(child.Process.Pid), Generation: gen, Comm: "sleep",
+			ExeText: listing[0].Start, Listed: true, Mappings: listing, Cgroups: 0xc6})
+		return c.entry(procKey{uint32(child.Process.Pid), gen})
+	}
+
+	// Its files never read from /proc: read from /proc, and matched.
+	p := announce(first, 1, listingOf(firstRead))
+	if p == nil || !slices.Equal(p.Mappings, firstRead.Mappings) || c.Stats().ProcessesListed != 0 {
+		t.Fatalf("the first sleep: %+v, %d from listings; want its /proc mappings %+v, none", p, c.Stats().ProcessesListed, firstRead.Mappings)
+	}
+	// Anonymous code: left to /proc (a JIT's map needs its namespace PID).
+	jit := append(listingOf(secondRead), sampler.ListedMapping{Start: 1 << 46, End: 1<<46 + 4096})
+	if announce(second, 1, jit); c.Stats().ProcessesListed != 0 {
+		t.Error("a listing with anonymous code was used")
+	}
+	// The same files: named from the listing alone, even once exited.
+	second.Process.Kill()
+	second.Wait()
+	p = announce(second, 2, listingOf(secondRead))
+	if p == nil || !slices.Equal(p.Mappings, secondRead.Mappings) || p.Exe != secondRead.Exe || c.Stats().ProcessesListed != 1 {
+		t.Fatalf("the second sleep, exited: %+v, %d from listings; want its /proc mappings %+v and exe %s, one",
+			p, c.Stats().ProcessesListed, secondRead.Mappings, secondRead.Exe)
+	}
+	// Its cgroups too, by the kernel's key, from the first one's.
+	if firstRead.Cgroup == "" {
+		t.Log("this test runs in the root cgroup: the cgroups of processes are not kept by key")
+	} else if p.Cgroups() != firstRead.Cgroups() {
+		t.Errorf("the second sleep, exited, is in %+v; want the first one's %+v", p.Cgroups(), firstRead.Cgroups())
+	}
+	// A file never matched: /proc again.
+	other := listingOf(secondRead)
+	other[0].File.Generation++
+	if announce(second, 3, other); c.Stats().ProcessesListed != 1 {
+		t.Error("a listing with a file never matched was used")
+	}
+
+	first.Process.Kill()
+	first.Wait()
+	for round := uint64(1); round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.files) != 0 || len(c.listed) != 0 {
+		t.Errorf("after every process exited: %d files known, %d listed", len(c.files), len(c.listed))
 	}
 }

@@ -125,6 +125,40 @@ func BenchmarkNewProc(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+	// As the sampler announces it: its name, start time and executable
+	// known; with the kernel's listing of its mappings and key of its
+	// cgroups, both known by then (listed: no /proc read), or without
+	// (unlisted: /proc/PID/maps and cgroup read).
+	for _, listed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "announced-unlisted", true: "announced-listed"}[listed], func(b *testing.B) {
+			sym := symbol.New()
+			defer sym.Close()
+			c := New(sym, "")
+			np := sampler.NewProc{PID: uint32(pid), Comm: p.Comm, StartTime: p.StartTime, Listed: true, Mappings: listingOf(p)}
+			for _, m := range p.Mappings {
+				if m.Path == p.Exe {
+					np.ExeText = m.Start
+				}
+			}
+			np.Cgroups = 0xc6
+			c.Announced(np) // read from /proc: its files and cgroups matched
+			if !listed {
+				np.Listed, np.Cgroups = false, 0
+			}
+			gen := uint32(1)
+			cpu := cpuTime()
+			for b.Loop() {
+				np.Generation = gen
+				c.Announced(np)
+				c.forget(procKey{uint32(pid), gen})
+				gen++
+			}
+			reportCPU(b, cpu)
+			if got := c.Stats().ProcessesListed; listed != (got > 0) {
+				b.Fatalf("%d processes named from listings", got)
+			}
+		})
+	}
 	// sleep processes, each learned once as the agent learns a new one
 	// (new-pid), or one of them again and again as warm does (same-pid):
 	// the kernel builds /proc/PID's entries on the first look only. The

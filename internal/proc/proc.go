@@ -97,6 +97,13 @@ type Known struct {
 	// ExeText is an address in the executable's text: the mapping there
 	// names the executable. 0 reads /proc/PID/exe.
 	ExeText uint64
+	// Mappings, when not nil, are the executable mappings as Read would
+	// give them, which the caller has (the kernel listed them): it does
+	// not read /proc/PID/maps.
+	Mappings []Mapping
+	// Cgroups, when not nil, are the process's, which the caller has: it
+	// does not read /proc/PID/cgroup.
+	Cgroups *Cgroups
 }
 
 // ReadKnown is Read for a process of which the caller knows k.
@@ -111,8 +118,10 @@ func ReadKnown(pid int, k Known) (*Process, error) {
 			return nil, err
 		}
 	}
-	if p.Mappings, err = readMappings(dir, bp); err != nil {
-		return nil, fmt.Errorf("read pid %d mappings: %w", pid, err)
+	if p.Mappings = k.Mappings; p.Mappings == nil {
+		if p.Mappings, err = readMappings(dir, bp); err != nil {
+			return nil, fmt.Errorf("read pid %d mappings: %w", pid, err)
+		}
 	}
 	if m := p.Find(k.ExeText); m != nil && m.Inode != 0 && m.Path != "" {
 		p.Exe = m.Path
@@ -129,9 +138,11 @@ func ReadKnown(pid int, k Known) (*Process, error) {
 			p.NSPID = ParseNSPID(status, pid)
 		}
 	}
-	if cg, err := readFile(dir+"/cgroup", *bp); err == nil {
+	if k.Cgroups != nil {
+		p.Cgroup, p.Container, p.Pod = k.Cgroups.Cgroup, k.Cgroups.Container, k.Cgroups.Pod
+	} else if cg, err := readFile(dir+"/cgroup", *bp); err == nil {
 		ci := cgroupOf(cg)
-		p.Cgroup, p.Container, p.Pod = ci.cgroup, ci.container, ci.pod
+		p.Cgroup, p.Container, p.Pod = ci.Cgroup, ci.Container, ci.Pod
 	}
 	return p, nil
 }
@@ -144,11 +155,11 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }
 // is reused) with no more system calls than it takes: os.ReadFile adds
 // two fstat calls to each file.
 func readFile(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := OpenRaw(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer CloseRaw(fd)
 	return readAll(fd, path, buf)
 }
 
@@ -156,10 +167,7 @@ func readFile(path string, buf []byte) ([]byte, error) {
 func readAll(fd int, path string, buf []byte) ([]byte, error) {
 	n := 0
 	for n < len(buf) {
-		k, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
+		k, err := readRaw(fd, buf[n:])
 		if err != nil {
 			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		}
@@ -176,11 +184,11 @@ func readAll(fd int, path string, buf []byte) ([]byte, error) {
 // buffer for a process with very many mappings.
 func readMappings(dir string, bp *[]byte) ([]Mapping, error) {
 	path := dir + "/maps"
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := OpenRaw(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer CloseRaw(fd)
 	ms, err := queryMaps(fd, (*bp)[:unix.PathMax])
 	if !errors.Is(err, errNoQuery) {
 		return ms, err
@@ -274,20 +282,24 @@ func ParseNSPID(status []byte, pid int) int {
 	return pid
 }
 
-// cgroupInfo is what a /proc/PID/cgroup file says.
-type cgroupInfo struct{ cgroup, container, pod string }
+// Cgroups is what a /proc/PID/cgroup file says: a Process's Cgroup,
+// Container and Pod.
+type Cgroups struct{ Cgroup, Container, Pod string }
+
+// Cgroups returns p's cgroup, container and pod.
+func (p *Process) Cgroups() Cgroups { return Cgroups{p.Cgroup, p.Container, p.Pod} }
 
 // cgroups memoises cgroupOf: a node's new processes share a few cgroups,
 // and parsing one takes regular expressions. The snapshots then share the
 // strings too.
-var cgroups = memo.Strings[cgroupInfo]{Max: 4096}
+var cgroups = memo.Strings[Cgroups]{Max: 4096}
 
 // cgroupOf parses the contents of a /proc/PID/cgroup file, once per
 // distinct contents. Safe for concurrent use.
-func cgroupOf(b []byte) cgroupInfo {
-	return cgroups.GetBytes(b, func(s string) cgroupInfo {
-		ci := cgroupInfo{cgroup: parseCgroup(s)}
-		ci.container, ci.pod = ParseContainer(s)
+func cgroupOf(b []byte) Cgroups {
+	return cgroups.GetBytes(b, func(s string) Cgroups {
+		ci := Cgroups{Cgroup: parseCgroup(s)}
+		ci.Container, ci.Pod = ParseContainer(s)
 		return ci
 	})
 }

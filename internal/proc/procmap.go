@@ -80,7 +80,7 @@ func queryMapsInto(out []Mapping, fd int, name []byte) ([]Mapping, error) {
 		q.VMANameSize = uint32(len(name))
 		q.VMANameAddr = uint64(uintptr(unsafe.Pointer(&name[0])))
 		q.BuildIDSize = 0
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(procmapQueryIoctl), uintptr(unsafe.Pointer(&q)))
+		errno := ioctlRaw(fd, procmapQueryIoctl, unsafe.Pointer(&q))
 		switch errno {
 		case 0:
 		case unix.ENOENT: // no mapping at or above addr
@@ -90,7 +90,7 @@ func queryMapsInto(out []Mapping, fd int, name []byte) ([]Mapping, error) {
 			// its file is still opened through map_files.
 			q.VMANameSize = 0
 			q.VMANameAddr = 0
-			if _, _, errno = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(procmapQueryIoctl), uintptr(unsafe.Pointer(&q))); errno != 0 {
+			if errno = ioctlRaw(fd, procmapQueryIoctl, unsafe.Pointer(&q)); errno != 0 {
 				return nil, errno
 			}
 		case unix.ENOTTY, unix.EINVAL:

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"unicode/utf16"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/flint-dev/flint/internal/memo"
+	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/symbol"
 )
 
@@ -89,15 +88,36 @@ const maxCodes = 1 << 16
 // Open returns a Process reading the memory of process pid, whose
 // interpreter is in.
 func Open(pid int, in *Interpreter) (*Process, error) {
-	// Not os.Open: it offers every file to the network poller, which
-	// refuses this one, four system calls more for each process.
 	path := fmt.Sprintf("%s/%d/mem", procRoot, pid)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	m, err := openMem(path)
 	if err != nil {
 		return nil, fmt.Errorf("read python process %d: %w", pid, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	return &Process{interp: in, mem: os.NewFile(uintptr(fd), path), codes: map[uint64]*code{}}, nil
+	return &Process{interp: in, mem: m, codes: map[uint64]*code{}}, nil
 }
+
+// procMem is a process's memory, /proc/PID/mem open as a descriptor, read
+// with raw system calls (proc.OpenRaw says why); not an os.File, which
+// would check its mode with one more system call, and offer it to the
+// network poller.
+type procMem int
+
+func openMem(path string) (procMem, error) {
+	fd, err := proc.OpenRaw(path)
+	return procMem(fd), err
+}
+
+// ReadAt reads len(b) bytes at address off, or up to the end of readable
+// memory (io.EOF) or an unmapped page (EIO).
+func (m procMem) ReadAt(b []byte, off int64) (int, error) {
+	n, err := proc.PreadRaw(int(m), b, off)
+	if err == nil && n < len(b) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (m procMem) Close() error { return proc.CloseRaw(int(m)) }
 
 // procRoot is where /proc is; tests point it elsewhere.
 var procRoot = "/proc"

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"encoding/binary"
+	"reflect"
 	"slices"
 	"testing"
 	"unsafe"
@@ -15,11 +16,51 @@ func TestDecodeNewProc(t *testing.T) {
 	raw = binary.NativeEndian.AppendUint64(raw, 0x55d0c0a02000)  // start_code
 	raw = append(raw, "python3.11\x00\x00\x00\x00\x00\x00"...)
 	want := NewProc{PID: 4242, Generation: 7, Comm: "python3.11", StartTime: 12345, ExeText: 0x55d0c0a02000}
-	if p, ok := decodeNewProc(raw); !ok || p != want {
+	if p, ok := decodeNewProc(raw, nil); !ok || !reflect.DeepEqual(p, want) {
 		t.Errorf("decodeNewProc = %+v, %v; want %+v", p, ok, want)
 	}
-	if _, ok := decodeNewProc(raw[:len(raw)-1]); ok {
+	if _, ok := decodeNewProc(raw[:len(raw)-1], nil); ok {
 		t.Error("a short record decoded")
+	}
+
+	// Listed: the same process with two mappings, a file's and the vDSO.
+	mapping := func(b []byte, start, end, offset, inode uint64, dev, gen, flags uint32) []byte {
+		for _, v := range []uint64{start, end, offset, inode} {
+			b = binary.NativeEndian.AppendUint64(b, v)
+		}
+		for _, v := range []uint32{dev, gen, flags, 0} {
+			b = binary.NativeEndian.AppendUint32(b, v)
+		}
+		return b
+	}
+	listed := func(complete, n uint32) []byte {
+		b := binary.NativeEndian.AppendUint32(slices.Clone(raw), complete)
+		b = binary.NativeEndian.AppendUint32(b, n)
+		return binary.NativeEndian.AppendUint64(b, 0xc6) // cgroups
+	}
+	two := mapping(listed(1, 2), 0x1000, 0x5000, 0x2000, 77, 0x800003, 9, uint32(profileListedMappingFlagsLISTED_DELETED))
+	two = mapping(two, 0x7fff0000, 0x7fff2000, 0, 0, 0, 0, uint32(profileListedMappingFlagsLISTED_VDSO))
+	wantListed := want
+	wantListed.Listed, wantListed.Cgroups = true, 0xc6
+	wantListed.Mappings = []ListedMapping{
+		{Start: 0x1000, End: 0x5000, Offset: 0x2000, File: KernelFile{Inode: 77, Dev: 0x800003, Generation: 9}, Deleted: true},
+		{Start: 0x7fff0000, End: 0x7fff2000, VDSO: true},
+	}
+	scratch := make([]ListedMapping, 0, 4)
+	if p, ok := decodeNewProc(two, scratch); !ok || !reflect.DeepEqual(p, wantListed) || &p.Mappings[0] != &scratch[:1][0] {
+		t.Errorf("decodeNewProc listed = %+v, %v; want %+v in the scratch given", p, ok, wantListed)
+	}
+	if _, ok := decodeNewProc(two[:len(two)-1], nil); ok {
+		t.Error("a record shorter than its mappings decoded")
+	}
+	if _, ok := decodeNewProc(listed(1, 65), nil); ok {
+		t.Error("a record of more mappings than the BPF program holds decoded")
+	}
+	// Not listed whole: the header and cgroups only, for user space to
+	// read /proc/PID/maps.
+	want.Cgroups = 0xc6
+	if p, ok := decodeNewProc(mapping(listed(0, 1), 1, 2, 0, 5, 1, 0, 0), nil); !ok || !reflect.DeepEqual(p, want) {
+		t.Errorf("decodeNewProc of an incomplete listing = %+v, %v; want %+v", p, ok, want)
 	}
 }
 

@@ -30,6 +30,46 @@ type profileKnownProc struct {
 	Lacks      uint32
 }
 
+type profileListedMappingFlags uint32
+
+const (
+	profileListedMappingFlagsLISTED_DELETED profileListedMappingFlags = 1
+	profileListedMappingFlagsLISTED_VDSO    profileListedMappingFlags = 2
+)
+
+type profileListedProc struct {
+	_        structs.HostLayout
+	Proc     profileNewProc
+	Complete uint32
+	Len      uint32
+	Cgroups  uint64
+	Mappings [64]struct {
+		_               structs.HostLayout
+		Start           uint64
+		End             uint64
+		Offset          uint64
+		Inode           uint64
+		Dev             uint32
+		InodeGeneration uint32
+		Flags           uint32
+		Pad             uint32
+	}
+}
+
+type profileListing struct {
+	_    structs.HostLayout
+	Work struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
+	Proc profileListedProc
+}
+
+type profileListingBytes struct {
+	_     structs.HostLayout
+	Bytes [3136]uint8
+}
+
 type profileNewProc struct {
 	_             structs.HostLayout
 	Pid           uint32
@@ -248,51 +288,55 @@ type profileUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profileMapCounts                = "counts"
-	profileMapKnownProcs            = "known_procs"
-	profileMapOffCpu                = "off_cpu"
-	profileMapOffCpuSpans           = "off_cpu_spans"
-	profileMapOffCpuStacks          = "off_cpu_stacks"
-	profileMapProcEvents            = "proc_events"
-	profileMapPythonCodeScratch     = "python_code_scratch"
-	profileMapPythonCodesSent       = "python_codes_sent"
-	profileMapPythonProcs           = "python_procs"
-	profileMapPythonThreads         = "python_threads"
-	profileMapPythonYoung           = "python_young"
-	profileMapRowCache              = "row_cache"
-	profileMapSamples               = "samples"
-	profileMapScratch               = "scratch"
-	profileMapStacks                = "stacks"
-	profileMapStaleProcs            = "stale_procs"
-	profileMapStats                 = "stats"
-	profileMapUnwindProcs           = "unwind_procs"
-	profileMapUnwindRows            = "unwind_rows"
-	profileProgOnExec               = "on_exec"
-	profileProgOnFork               = "on_fork"
-	profileProgOnSwitch             = "on_switch"
-	profileProgSample               = "sample"
-	profileVarGeneration            = "generation"
-	profileVarKernelStacks          = "kernel_stacks"
-	profileVarOffCpuMinNs           = "off_cpu_min_ns"
-	profileVarOffCpuSample          = "off_cpu_sample"
-	profileVarOldPythonSampled      = "old_python_sampled"
-	profileVarProcEpoch             = "proc_epoch"
-	profileVarSelfTgid              = "self_tgid"
-	profileVarTablesEpoch           = "tables_epoch"
-	profileVarTargetTgid            = "target_tgid"
-	profileVarUnusedCfaKind         = "unused_cfa_kind"
-	profileVarUnusedNewProc         = "unused_new_proc"
-	profileVarUnusedPythonCode      = "unused_python_code"
-	profileVarUnusedPythonFrameBits = "unused_python_frame_bits"
-	profileVarUnusedPythonLayout    = "unused_python_layout"
-	profileVarUnusedPythonProc      = "unused_python_proc"
-	profileVarUnusedPythonRecord    = "unused_python_record"
-	profileVarUnusedSampleEvent     = "unused_sample_event"
-	profileVarUnusedSamplerStat     = "unused_sampler_stat"
-	profileVarUnusedUnwindProc      = "unused_unwind_proc"
-	profileVarUnwindEpoch           = "unwind_epoch"
-	profileVarUnwindTables          = "unwind_tables"
-	profileVarUseRingbuf            = "use_ringbuf"
+	profileMapBlankListing             = "blank_listing"
+	profileMapCounts                   = "counts"
+	profileMapKnownProcs               = "known_procs"
+	profileMapListings                 = "listings"
+	profileMapOffCpu                   = "off_cpu"
+	profileMapOffCpuSpans              = "off_cpu_spans"
+	profileMapOffCpuStacks             = "off_cpu_stacks"
+	profileMapProcEvents               = "proc_events"
+	profileMapPythonCodeScratch        = "python_code_scratch"
+	profileMapPythonCodesSent          = "python_codes_sent"
+	profileMapPythonProcs              = "python_procs"
+	profileMapPythonThreads            = "python_threads"
+	profileMapPythonYoung              = "python_young"
+	profileMapRowCache                 = "row_cache"
+	profileMapSamples                  = "samples"
+	profileMapScratch                  = "scratch"
+	profileMapStacks                   = "stacks"
+	profileMapStaleProcs               = "stale_procs"
+	profileMapStats                    = "stats"
+	profileMapUnwindProcs              = "unwind_procs"
+	profileMapUnwindRows               = "unwind_rows"
+	profileProgOnExec                  = "on_exec"
+	profileProgOnFork                  = "on_fork"
+	profileProgOnSwitch                = "on_switch"
+	profileProgSample                  = "sample"
+	profileVarGeneration               = "generation"
+	profileVarKernelStacks             = "kernel_stacks"
+	profileVarOffCpuMinNs              = "off_cpu_min_ns"
+	profileVarOffCpuSample             = "off_cpu_sample"
+	profileVarOldPythonSampled         = "old_python_sampled"
+	profileVarProcEpoch                = "proc_epoch"
+	profileVarSelfTgid                 = "self_tgid"
+	profileVarTablesEpoch              = "tables_epoch"
+	profileVarTargetTgid               = "target_tgid"
+	profileVarUnusedCfaKind            = "unused_cfa_kind"
+	profileVarUnusedListedMappingFlags = "unused_listed_mapping_flags"
+	profileVarUnusedListedProc         = "unused_listed_proc"
+	profileVarUnusedNewProc            = "unused_new_proc"
+	profileVarUnusedPythonCode         = "unused_python_code"
+	profileVarUnusedPythonFrameBits    = "unused_python_frame_bits"
+	profileVarUnusedPythonLayout       = "unused_python_layout"
+	profileVarUnusedPythonProc         = "unused_python_proc"
+	profileVarUnusedPythonRecord       = "unused_python_record"
+	profileVarUnusedSampleEvent        = "unused_sample_event"
+	profileVarUnusedSamplerStat        = "unused_sampler_stat"
+	profileVarUnusedUnwindProc         = "unused_unwind_proc"
+	profileVarUnwindEpoch              = "unwind_epoch"
+	profileVarUnwindTables             = "unwind_tables"
+	profileVarUseRingbuf               = "use_ringbuf"
 )
 
 // loadProfile returns the embedded CollectionSpec for profile.
@@ -347,8 +391,10 @@ type profileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileMapSpecs struct {
+	BlankListing      *ebpf.MapSpec `ebpf:"blank_listing"`
 	Counts            *ebpf.MapSpec `ebpf:"counts"`
 	KnownProcs        *ebpf.MapSpec `ebpf:"known_procs"`
+	Listings          *ebpf.MapSpec `ebpf:"listings"`
 	OffCpu            *ebpf.MapSpec `ebpf:"off_cpu"`
 	OffCpuSpans       *ebpf.MapSpec `ebpf:"off_cpu_spans"`
 	OffCpuStacks      *ebpf.MapSpec `ebpf:"off_cpu_stacks"`
@@ -372,28 +418,30 @@ type profileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileVariableSpecs struct {
-	Generation            *ebpf.VariableSpec `ebpf:"generation"`
-	KernelStacks          *ebpf.VariableSpec `ebpf:"kernel_stacks"`
-	OffCpuMinNs           *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
-	OffCpuSample          *ebpf.VariableSpec `ebpf:"off_cpu_sample"`
-	OldPythonSampled      *ebpf.VariableSpec `ebpf:"old_python_sampled"`
-	ProcEpoch             *ebpf.VariableSpec `ebpf:"proc_epoch"`
-	SelfTgid              *ebpf.VariableSpec `ebpf:"self_tgid"`
-	TablesEpoch           *ebpf.VariableSpec `ebpf:"tables_epoch"`
-	TargetTgid            *ebpf.VariableSpec `ebpf:"target_tgid"`
-	UnusedCfaKind         *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
-	UnusedNewProc         *ebpf.VariableSpec `ebpf:"unused_new_proc"`
-	UnusedPythonCode      *ebpf.VariableSpec `ebpf:"unused_python_code"`
-	UnusedPythonFrameBits *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
-	UnusedPythonLayout    *ebpf.VariableSpec `ebpf:"unused_python_layout"`
-	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
-	UnusedPythonRecord    *ebpf.VariableSpec `ebpf:"unused_python_record"`
-	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
-	UnusedSamplerStat     *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
-	UnusedUnwindProc      *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
-	UnwindEpoch           *ebpf.VariableSpec `ebpf:"unwind_epoch"`
-	UnwindTables          *ebpf.VariableSpec `ebpf:"unwind_tables"`
-	UseRingbuf            *ebpf.VariableSpec `ebpf:"use_ringbuf"`
+	Generation               *ebpf.VariableSpec `ebpf:"generation"`
+	KernelStacks             *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	OffCpuMinNs              *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuSample             *ebpf.VariableSpec `ebpf:"off_cpu_sample"`
+	OldPythonSampled         *ebpf.VariableSpec `ebpf:"old_python_sampled"`
+	ProcEpoch                *ebpf.VariableSpec `ebpf:"proc_epoch"`
+	SelfTgid                 *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TablesEpoch              *ebpf.VariableSpec `ebpf:"tables_epoch"`
+	TargetTgid               *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedCfaKind            *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
+	UnusedListedMappingFlags *ebpf.VariableSpec `ebpf:"unused_listed_mapping_flags"`
+	UnusedListedProc         *ebpf.VariableSpec `ebpf:"unused_listed_proc"`
+	UnusedNewProc            *ebpf.VariableSpec `ebpf:"unused_new_proc"`
+	UnusedPythonCode         *ebpf.VariableSpec `ebpf:"unused_python_code"`
+	UnusedPythonFrameBits    *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
+	UnusedPythonLayout       *ebpf.VariableSpec `ebpf:"unused_python_layout"`
+	UnusedPythonProc         *ebpf.VariableSpec `ebpf:"unused_python_proc"`
+	UnusedPythonRecord       *ebpf.VariableSpec `ebpf:"unused_python_record"`
+	UnusedSampleEvent        *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedSamplerStat        *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc         *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
+	UnwindEpoch              *ebpf.VariableSpec `ebpf:"unwind_epoch"`
+	UnwindTables             *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	UseRingbuf               *ebpf.VariableSpec `ebpf:"use_ringbuf"`
 }
 
 // profileObjects contains all objects after they have been loaded into the kernel.
@@ -416,8 +464,10 @@ func (o *profileObjects) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileMaps struct {
+	BlankListing      *ebpf.Map `ebpf:"blank_listing"`
 	Counts            *ebpf.Map `ebpf:"counts"`
 	KnownProcs        *ebpf.Map `ebpf:"known_procs"`
+	Listings          *ebpf.Map `ebpf:"listings"`
 	OffCpu            *ebpf.Map `ebpf:"off_cpu"`
 	OffCpuSpans       *ebpf.Map `ebpf:"off_cpu_spans"`
 	OffCpuStacks      *ebpf.Map `ebpf:"off_cpu_stacks"`
@@ -439,8 +489,10 @@ type profileMaps struct {
 
 func (m *profileMaps) Close() error {
 	return _ProfileClose(
+		m.BlankListing,
 		m.Counts,
 		m.KnownProcs,
+		m.Listings,
 		m.OffCpu,
 		m.OffCpuSpans,
 		m.OffCpuStacks,
@@ -465,28 +517,30 @@ func (m *profileMaps) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileVariables struct {
-	Generation            *ebpf.Variable `ebpf:"generation"`
-	KernelStacks          *ebpf.Variable `ebpf:"kernel_stacks"`
-	OffCpuMinNs           *ebpf.Variable `ebpf:"off_cpu_min_ns"`
-	OffCpuSample          *ebpf.Variable `ebpf:"off_cpu_sample"`
-	OldPythonSampled      *ebpf.Variable `ebpf:"old_python_sampled"`
-	ProcEpoch             *ebpf.Variable `ebpf:"proc_epoch"`
-	SelfTgid              *ebpf.Variable `ebpf:"self_tgid"`
-	TablesEpoch           *ebpf.Variable `ebpf:"tables_epoch"`
-	TargetTgid            *ebpf.Variable `ebpf:"target_tgid"`
-	UnusedCfaKind         *ebpf.Variable `ebpf:"unused_cfa_kind"`
-	UnusedNewProc         *ebpf.Variable `ebpf:"unused_new_proc"`
-	UnusedPythonCode      *ebpf.Variable `ebpf:"unused_python_code"`
-	UnusedPythonFrameBits *ebpf.Variable `ebpf:"unused_python_frame_bits"`
-	UnusedPythonLayout    *ebpf.Variable `ebpf:"unused_python_layout"`
-	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
-	UnusedPythonRecord    *ebpf.Variable `ebpf:"unused_python_record"`
-	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
-	UnusedSamplerStat     *ebpf.Variable `ebpf:"unused_sampler_stat"`
-	UnusedUnwindProc      *ebpf.Variable `ebpf:"unused_unwind_proc"`
-	UnwindEpoch           *ebpf.Variable `ebpf:"unwind_epoch"`
-	UnwindTables          *ebpf.Variable `ebpf:"unwind_tables"`
-	UseRingbuf            *ebpf.Variable `ebpf:"use_ringbuf"`
+	Generation               *ebpf.Variable `ebpf:"generation"`
+	KernelStacks             *ebpf.Variable `ebpf:"kernel_stacks"`
+	OffCpuMinNs              *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuSample             *ebpf.Variable `ebpf:"off_cpu_sample"`
+	OldPythonSampled         *ebpf.Variable `ebpf:"old_python_sampled"`
+	ProcEpoch                *ebpf.Variable `ebpf:"proc_epoch"`
+	SelfTgid                 *ebpf.Variable `ebpf:"self_tgid"`
+	TablesEpoch              *ebpf.Variable `ebpf:"tables_epoch"`
+	TargetTgid               *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedCfaKind            *ebpf.Variable `ebpf:"unused_cfa_kind"`
+	UnusedListedMappingFlags *ebpf.Variable `ebpf:"unused_listed_mapping_flags"`
+	UnusedListedProc         *ebpf.Variable `ebpf:"unused_listed_proc"`
+	UnusedNewProc            *ebpf.Variable `ebpf:"unused_new_proc"`
+	UnusedPythonCode         *ebpf.Variable `ebpf:"unused_python_code"`
+	UnusedPythonFrameBits    *ebpf.Variable `ebpf:"unused_python_frame_bits"`
+	UnusedPythonLayout       *ebpf.Variable `ebpf:"unused_python_layout"`
+	UnusedPythonProc         *ebpf.Variable `ebpf:"unused_python_proc"`
+	UnusedPythonRecord       *ebpf.Variable `ebpf:"unused_python_record"`
+	UnusedSampleEvent        *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedSamplerStat        *ebpf.Variable `ebpf:"unused_sampler_stat"`
+	UnusedUnwindProc         *ebpf.Variable `ebpf:"unused_unwind_proc"`
+	UnwindEpoch              *ebpf.Variable `ebpf:"unwind_epoch"`
+	UnwindTables             *ebpf.Variable `ebpf:"unwind_tables"`
+	UseRingbuf               *ebpf.Variable `ebpf:"use_ringbuf"`
 }
 
 // profilePrograms contains all programs after they have been loaded into the kernel.

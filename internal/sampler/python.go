@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/flint-dev/flint/internal/python"
 )
@@ -26,7 +27,7 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	if o.CFrame {
 		p.O.Cframe = 1
 	}
-	if err := s.objs.PythonProcs.Put(pid, &p); err != nil {
+	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&pid), unsafe.Pointer(&p)); err != nil {
 		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
 	}
 	return s.forgetLacks()

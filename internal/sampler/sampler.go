@@ -364,13 +364,17 @@ func (s *Sampler) start() error {
 		return fmt.Errorf("open young Python process events: %w", err)
 	}
 	s.wg.Add(3)
+	var listed []ListedMapping // the announcements' scratch
 	go s.readRing(s.procs, func(raw []byte) {
-		if p, ok := decodeNewProc(raw); ok && s.opts.OnNewProc != nil {
+		if p, ok := decodeNewProc(raw, listed[:0]); ok && s.opts.OnNewProc != nil {
 			s.opts.OnNewProc(p)
+			if p.Listed {
+				listed = p.Mappings
+			}
 		}
 	})
 	go s.readRing(s.stale, func(raw []byte) {
-		if p, ok := decodeNewProc(raw); ok && s.opts.OnStale != nil {
+		if p, ok := decodeNewProc(raw, nil); ok && s.opts.OnStale != nil {
 			s.opts.OnStale(p.PID, p.Generation)
 		}
 	})
@@ -490,6 +494,34 @@ type NewProc struct {
 	// ExeText is where the executable's text starts in the process; 0 for
 	// a process without memory of its own (a kernel thread).
 	ExeText uint64
+	// Listed is set when the kernel listed every executable mapping of
+	// the process, in address order, in Mappings (Linux 6.18 and later,
+	// for a process first sampled in user code): /proc/PID/maps need not
+	// be read for files already known. Mappings is valid only until
+	// OnNewProc returns.
+	Listed   bool
+	Mappings []ListedMapping
+	// Cgroups names the cgroups the process is in, in every hierarchy,
+	// when the kernel listed it: processes whose /proc/PID/cgroup is the
+	// same have the same; 0 when unknown.
+	Cgroups uint64
+}
+
+// ListedMapping is an executable mapping as the kernel listed it.
+type ListedMapping struct {
+	Start, End, Offset uint64
+	File               KernelFile // zero: anonymous memory
+	Deleted            bool       // the file was removed after mapping
+	VDSO               bool       // the kernel's vDSO
+}
+
+// KernelFile is a mapped file as the kernel holds it. It is not the
+// device and inode /proc shows when an overlay file system (a container's)
+// stands between: callers match the two by address.
+type KernelFile struct {
+	Inode      uint64
+	Dev        uint32 // the kernel's encoding
+	Generation uint32 // the inode's, against inode numbers reused
 }
 
 // clockTick is the unit of /proc's times (USER_HZ, 100 on every Linux
@@ -498,23 +530,53 @@ const clockTick = 10 * time.Millisecond
 
 // decodeNewProc decodes a process announcement, at the offsets of the
 // generated type: binary.Decode's reflection was 3% of the agent's CPU
-// under process churn.
-func decodeNewProc(raw []byte) (NewProc, bool) {
-	var ev profileNewProc
-	if len(raw) < int(unsafe.Sizeof(ev)) {
+// under process churn. A listed announcement's mappings are appended to
+// scratch, which p.Mappings then is.
+func decodeNewProc(raw []byte, scratch []ListedMapping) (p NewProc, ok bool) {
+	var ev profileListedProc
+	if len(raw) < int(unsafe.Sizeof(ev.Proc)) {
 		return NewProc{}, false
 	}
-	p := NewProc{
-		PID:        binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
-		Generation: binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]),
-		StartTime:  binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.StartBoottime):]) / uint64(clockTick),
-		ExeText:    binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.StartCode):]),
+	p = NewProc{
+		PID:        binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Proc.Pid):]),
+		Generation: binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Proc.Generation):]),
+		StartTime:  binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartBoottime):]) / uint64(clockTick),
+		ExeText:    binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartCode):]),
 	}
-	comm := raw[unsafe.Offsetof(ev.Comm):][:len(ev.Comm)]
+	comm := raw[unsafe.Offsetof(ev.Proc.Comm):][:len(ev.Proc.Comm)]
 	if n := bytes.IndexByte(comm, 0); n >= 0 {
 		comm = comm[:n]
 	}
 	p.Comm = string(comm)
+	if len(raw) < int(unsafe.Offsetof(ev.Mappings)) {
+		return p, true // unlisted
+	}
+	p.Cgroups = binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Cgroups):])
+	n := int(binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Len):]))
+	size := int(unsafe.Sizeof(ev.Mappings[0]))
+	if n > len(ev.Mappings) || len(raw) < int(unsafe.Offsetof(ev.Mappings))+n*size {
+		return NewProc{}, false
+	}
+	if binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Complete):]) == 0 {
+		return p, true // more mappings than the record holds, or none listed
+	}
+	for i := range n {
+		r := raw[int(unsafe.Offsetof(ev.Mappings))+i*size:]
+		flags := profileListedMappingFlags(binary.NativeEndian.Uint32(r[unsafe.Offsetof(ev.Mappings[0].Flags):]))
+		scratch = append(scratch, ListedMapping{
+			Start:  binary.NativeEndian.Uint64(r[unsafe.Offsetof(ev.Mappings[0].Start):]),
+			End:    binary.NativeEndian.Uint64(r[unsafe.Offsetof(ev.Mappings[0].End):]),
+			Offset: binary.NativeEndian.Uint64(r[unsafe.Offsetof(ev.Mappings[0].Offset):]),
+			File: KernelFile{
+				Inode:      binary.NativeEndian.Uint64(r[unsafe.Offsetof(ev.Mappings[0].Inode):]),
+				Dev:        binary.NativeEndian.Uint32(r[unsafe.Offsetof(ev.Mappings[0].Dev):]),
+				Generation: binary.NativeEndian.Uint32(r[unsafe.Offsetof(ev.Mappings[0].InodeGeneration):]),
+			},
+			Deleted: flags&profileListedMappingFlagsLISTED_DELETED != 0,
+			VDSO:    flags&profileListedMappingFlagsLISTED_VDSO != 0,
+		})
+	}
+	p.Listed, p.Mappings = true, scratch
 	return p, true
 }
 
@@ -750,4 +812,24 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
 	return err
+}
+
+// putRaw is m.Put of key and value, which must have the map's sizes, as a
+// raw system call, for a process being learned: one the runtime sees wakes
+// its sysmon (internal/proc/raw.go says why that matters). A hash map
+// update waits for nothing.
+func putRaw(m *ebpf.Map, key, value unsafe.Pointer) error {
+	// union bpf_attr for BPF_MAP_*_ELEM; pointers kept as pointers, for
+	// the garbage collector and stack moves.
+	attr := struct {
+		fd         uint32
+		_          uint32
+		key, value unsafe.Pointer
+		flags      uint64
+	}{fd: uint32(m.FD()), key: key, value: value}
+	_, _, errno := unix.RawSyscall(unix.SYS_BPF, unix.BPF_MAP_UPDATE_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	if errno != 0 {
+		return fmt.Errorf("update %v: %w", m, errno)
+	}
+	return nil
 }

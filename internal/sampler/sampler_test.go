@@ -1,13 +1,18 @@
 package sampler
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
@@ -76,7 +81,7 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			self := uint32(os.Getpid())
 			announced := make(chan NewProc, 1024)
 			s, err := Start(Options{Frequency: 997, KernelStacks: true, Transfer: transfer,
-				OnNewProc: func(p NewProc) { announced <- p }})
+				OnNewProc: func(p NewProc) { p.Mappings = nil; announced <- p }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,13 +124,109 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			want := NewProc{PID: self, Comm: stat.Comm, StartTime: stat.StartTime}
 			i := slices.IndexFunc(drainChan(announced), func(p NewProc) bool {
 				text := stat.Find(p.ExeText)
-				p.Generation, p.ExeText = 0, 0
-				return p == want && text != nil && text.Path == stat.Exe
+				p.Generation, p.ExeText, p.Listed, p.Cgroups = 0, 0, false, 0
+				return reflect.DeepEqual(p, want) && text != nil && text.Path == stat.Exe
 			})
 			if i < 0 {
 				t.Errorf("this process was never announced as %+v with an address in %s", want, stat.Exe)
 			}
 		})
+	}
+}
+
+// TestSamplerListsMappings checks that a process first sampled in user
+// code is announced with its executable mappings as /proc/PID/maps has
+// them, and with a key for its cgroups that another process in the same
+// ones shares and one in another cgroup does not. A first sample in the
+// kernel announces a process unlisted, by design; a spinning shell is in
+// user code nearly always, and a new sampler announces it anew, so a few
+// starts settle it.
+func TestSamplerListsMappings(t *testing.T) {
+	requireBPF(t)
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kernel.AnyTypeByName("bpf_task_work_schedule_resume_impl"); err != nil {
+		t.Skip("this kernel has no BPF task works (Linux 6.18): announcements are not listed")
+	}
+	// The third shell in a cgroup of its own (cgroup v1's cpu controller),
+	// removed once the shells are killed (cleanups run last first).
+	other := fmt.Sprintf("/sys/fs/cgroup/cpu/flint-listing-%d", os.Getpid())
+	moved := os.Mkdir(other, 0o755) == nil
+	if moved {
+		t.Cleanup(func() { os.Remove(other) })
+	}
+	var pids []uint32
+	for range 3 {
+		shell := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := shell.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { shell.Process.Kill(); shell.Wait() })
+		pids = append(pids, uint32(shell.Process.Pid))
+	}
+	moved = moved && os.WriteFile(other+"/cgroup.procs", []byte(strconv.Itoa(int(pids[2]))), 0) == nil
+	time.Sleep(100 * time.Millisecond) // exec'd, spinning
+	got := map[uint32]NewProc{}
+	listed := func() bool {
+		for _, pid := range pids {
+			if !got[pid].Listed {
+				return false
+			}
+		}
+		return true
+	}
+	for start := 0; start < 5 && !listed(); start++ {
+		announced := make(chan NewProc, len(pids))
+		s, err := Start(Options{Frequency: 997, OnNewProc: func(p NewProc) {
+			if slices.Contains(pids, p.PID) {
+				p.Mappings = slices.Clone(p.Mappings)
+				announced <- p
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range pids {
+			select {
+			case p := <-announced:
+				if !got[p.PID].Listed {
+					got[p.PID] = p
+				}
+			case <-time.After(5 * time.Second):
+			}
+		}
+		s.Close()
+	}
+	if !listed() {
+		t.Fatalf("the spinning shells were not all announced listed: %+v", got)
+	}
+	for _, pid := range pids {
+		want, err := proc.Read(int(pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := got[pid].Mappings
+		if len(ms) != len(want.Mappings) {
+			t.Fatalf("pid %d: listed %d mappings, /proc has %d:\n%+v\n%+v", pid, len(ms), len(want.Mappings), ms, want.Mappings)
+		}
+		for i, l := range ms {
+			m := want.Mappings[i]
+			if l.Start != m.Start || l.End != m.End || l.Offset != m.Offset || l.Deleted != m.Deleted ||
+				(l.File.Inode == 0) != (m.Inode == 0) || l.VDSO != (m.Path == "[vdso]") {
+				t.Errorf("pid %d: mapping %d listed as %+v, /proc has %+v", pid, i, l, m)
+			}
+		}
+	}
+	t.Logf("listed %d executable mappings", len(got[pids[0]].Mappings))
+	if a, b := got[pids[0]].Cgroups, got[pids[1]].Cgroups; a == 0 || a != b {
+		t.Errorf("two shells in the same cgroups have the keys %#x and %#x", a, b)
+	}
+	if !moved {
+		t.Logf("no cgroup of its own for the third shell (%s): the key of another cgroup is not checked", other)
+	} else if got[pids[2]].Cgroups == got[pids[0]].Cgroups {
+		t.Errorf("a shell in another cgroup has the same key, %#x", got[pids[0]].Cgroups)
 	}
 }
 

@@ -79,7 +79,7 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 	}
 	// Pointers: the map's own sizes, neither marshalled by reflection nor
 	// copied.
-	err := s.objs.UnwindProcs.Put(unsafe.Pointer(&pid), unsafe.Pointer(p))
+	err := putRaw(s.objs.UnwindProcs, unsafe.Pointer(&pid), unsafe.Pointer(p))
 	s.unwindMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
