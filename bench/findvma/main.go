@@ -4,9 +4,11 @@
 // Both take the process's mmap_lock with a trylock and, with interrupts
 // off, release it from an irq_work. It samples one process at 99 Hz on
 // every CPU for a few seconds and prints each one's mean time and
-// failures; and the same walk in task context, as the process returns
-// from system calls (its first thousand), where a process's mappings
-// could be listed instead.
+// failures; and the same walk in task context: in a BPF task work the
+// sampler schedules (bpf_task_work_schedule_resume, Linux 6.18; how the
+// sampler lists a new process's mappings), with the scheduling's cost and
+// how soon the work runs, and as the process returns from system calls
+// (its first thousand).
 //
 //	sudo go run ./bench/findvma -pid PID [-seconds 5]
 //
@@ -91,21 +93,32 @@ func run(pid int, d time.Duration) error {
 	}
 	defer exits.Close()
 	time.Sleep(d)
+	var worksRun int64
 	for _, t := range []struct{ name, what string }{
 		{"finds", "bpf_find_vma, in the sampler"},
 		{"walks_in_sampler", "task_vma walk, in the sampler"},
 		{"walks_in_task", "task_vma walk, at system call exits"},
+		{"schedules", "bpf_task_work_schedule_resume, in the sampler"},
+		{"walks_in_work", "task_vma walk, in the task work scheduled"},
 	} {
 		var v struct{ Calls, Failed, Ns, VMAs, Error int64 }
 		if err := coll.Variables[t.name].Get(&v); err != nil {
 			return err
 		}
 		fmt.Printf("%s: %d calls, %d failed (last error %d), %.0f ns a call", t.what, v.Calls, v.Failed, v.Error, per(v.Ns, v.Calls))
-		if t.name != "finds" {
+		if t.name == "walks_in_work" {
+			worksRun = v.Calls
+		}
+		if t.name != "finds" && t.name != "schedules" {
 			fmt.Printf(", %.0f VMAs a walk", per(v.VMAs, v.Calls-v.Failed))
 		}
 		fmt.Println()
 	}
+	var delay int64
+	if err := coll.Variables["work_delay_ns"].Get(&delay); err != nil {
+		return err
+	}
+	fmt.Printf("task work: %.0f ns from scheduling to running, on average\n", per(delay, worksRun))
 	return nil
 }
 
