@@ -1245,7 +1245,8 @@ int sample(struct bpf_perf_event_data *ctx)
 
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
-	see_proc(&sc->seen, tgid, user_mode(ctx));
+	bool in_user = user_mode(ctx);
+	see_proc(&sc->seen, tgid, in_user);
 	__u32 gen = sc->seen.known.generation;
 
 	if (use_ringbuf) {
@@ -1261,7 +1262,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	}
 
 	struct sample_key key;
-	stack_key(ctx, user_mode(ctx), task, tid, sc, &stacks, &key);
+	stack_key(ctx, in_user, task, tid, sc, &stacks, &key);
 	aggregate(&key);
 	tell_young_python(task, tgid, gen, &sc->python);
 	return 0;
