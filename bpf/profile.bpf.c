@@ -74,10 +74,13 @@ struct {
 	__type(value, struct known_proc);
 } known_procs SEC(".maps");
 
-// New-process notifications; 64 KiB holds 8192 events between reads.
+// New-process notifications: a quiet one (quiet_files) waits for the
+// next drain, every few seconds; 256 KiB holds 1,000 of a python3 run's
+// listing, 16,000 unlisted ones. Half full, they wake the reader.
+#define PROC_EVENTS_RING (256 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 * 1024);
+	__uint(max_entries, PROC_EVENTS_RING);
 } proc_events SEC(".maps");
 
 // Per-CPU counters of samples taken and lost, indexed by enum sampler_stat.
@@ -420,6 +423,170 @@ static __always_inline __u64 cgroups_key(struct task_struct *task)
 	return hash_ips(ids, n, 16);
 }
 
+// The mappings user space knows: (file, offset) -> their unwind rows. A
+// process mapping only these, in cgroups of quiet_cgroups, is announced
+// without waking user space, which names it at its next drain from the
+// listing alone, and its tables are filled here (fill_tables).
+// User space lists the files of processes that needed nothing more at once
+// (no JIT; a CPython's once its interpreter is in quiet_pythons), while a
+// process it knows maps them (collect.quietFiles).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct quiet_file_key);
+	__type(value, struct quiet_file);
+} quiet_files SEC(".maps");
+
+// The cgroups keys (cgroups_key) user space knows.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096); // collect.maxCgroups
+	__type(key, __u64);
+	__type(value, __u8);
+} quiet_cgroups SEC(".maps");
+
+// Where fill_tables puts an unwind_procs value together: 4 KiB, over the
+// BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+} unwind_proc_scratch SEC(".maps");
+
+// The CPython interpreters user space knows, by the mapping of their file
+// (a quiet_files key) that it found them by: what python_procs would list
+// for a process of it, with runtime, image_start and image_end from that
+// mapping's start.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct quiet_file_key);
+	__type(value, struct python_proc);
+} quiet_pythons SEC(".maps");
+
+// A fill_tables in progress: one bpf_loop iteration a mapping.
+struct tables_fill {
+	struct listed_proc *l;
+	struct unwind_proc *u;
+	__u32 with_rows; // mappings with rows, the vDSO aside
+	bool unknown;	 // a mapping not in quiet_files
+	bool python;	 // mapping python_at is of an interpreter in quiet_pythons
+	__u32 python_at;
+};
+
+// quiet_key fills k with the key of listed mapping m; false for anonymous
+// code (a JIT's), never quiet.
+static __always_inline bool quiet_key(struct quiet_file_key *k, struct listed_mapping *m)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	if (m->flags & LISTED_VDSO)
+		return true;
+	k->inode = m->inode;
+	k->offset = m->offset;
+	k->dev = m->dev;
+	k->inode_generation = m->inode_generation;
+	return m->inode != 0;
+}
+
+static long fill_tables_step(__u64 i, void *ctx)
+{
+	struct tables_fill *f = ctx;
+	if (i >= MAX_LISTED_MAPPINGS)
+		return 1; // never: a bound the verifier can see
+	struct listed_mapping *m = &f->l->mappings[i];
+	struct quiet_file_key k;
+	struct quiet_file *q;
+	if (!quiet_key(&k, m) || !(q = bpf_map_lookup_elem(&quiet_files, &k))) {
+		f->unknown = true;
+		return 1;
+	}
+	struct unwind_mapping *e = &f->u->mappings[i];
+	e->start = m->start;
+	e->end = m->end;
+	e->base = m->start + q->base_from_start;
+	e->first = q->first;
+	e->rows = q->rows;
+	if (q->rows && !(m->flags & LISTED_VDSO))
+		f->with_rows++;
+	if (!f->python && bpf_map_lookup_elem(&quiet_pythons, &k)) {
+		f->python = true;
+		f->python_at = i;
+	}
+	return 0;
+}
+
+// forget_lack clears what the process tgid was found to lack, on every
+// CPU (the epoch makes them read known_procs again): its first samples
+// came before its tables.
+static __always_inline void forget_lack(__u32 tgid, __u32 what)
+{
+	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
+	if (known)
+		__sync_fetch_and_and(&known->lacks, ~what);
+	__sync_fetch_and_add(&proc_epoch, 1);
+}
+
+// fill_python lists the process l announces in python_procs, its
+// interpreter found by listed mapping at; false if it cannot.
+static __always_inline bool fill_python(struct listed_proc *l, __u32 at)
+{
+	if (at >= MAX_LISTED_MAPPINGS)
+		return false;
+	struct listed_mapping *m = &l->mappings[at];
+	struct quiet_file_key k;
+	quiet_key(&k, m);
+	struct python_proc *tmpl = bpf_map_lookup_elem(&quiet_pythons, &k);
+	if (!tmpl)
+		return false; // taken back since
+	struct python_proc p = *tmpl;
+	p.generation = l->proc.generation;
+	p.runtime += m->start;
+	p.image_start += m->start;
+	p.image_end += m->start;
+	__u32 tgid = l->proc.pid;
+	if (bpf_map_update_elem(&python_procs, &tgid, &p, BPF_ANY))
+		return false;
+	forget_lack(tgid, LACKS_PYTHON);
+	return true;
+}
+
+// fill_tables lists the process l announces as user space would, with
+// what quiet_files and quiet_pythons give: in unwind_procs (unwind.Tables'
+// rule: not when only the vDSO has rows) and, a CPython process, in
+// python_procs. False, and nothing done, when a mapping is not in
+// quiet_files: then the process is not quiet; also when a table is full
+// (the kernel allocates entries as they come, and may fail a burst's).
+static __always_inline bool fill_tables(struct listed_proc *l)
+{
+	__u32 zero = 0;
+	struct tables_fill f = {.l = l, .u = bpf_map_lookup_elem(&unwind_proc_scratch, &zero)};
+	if (!f.u)
+		return false;
+	__u32 n = l->len;
+	if (n > MAX_LISTED_MAPPINGS)
+		return false;
+	bpf_loop(n, fill_tables_step, &f, 0);
+	if (f.unknown)
+		return false;
+	if (f.python && !fill_python(l, f.python_at))
+		return false;
+	if (!f.with_rows)
+		return true; // frame pointers
+	f.u->generation = l->proc.generation;
+	f.u->len = n;
+	f.u->stale = 0;
+	f.u->pad = 0;
+	__u32 tgid = l->proc.pid;
+	if (bpf_map_update_elem(&unwind_procs, &tgid, f.u, BPF_ANY))
+		return false;
+	forget_lack(tgid, LACKS_UNWIND);
+	return true;
+}
+
 // list_mappings is the task work of a listings entry: in the process's
 // own context, where walking its mappings is allowed (not in the sampler,
 // which runs with interrupts off), it lists the executable ones and sends
@@ -451,20 +618,25 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		}
 		bpf_iter_task_vma_destroy(&it);
 		l->cgroups = cgroups_key(task);
+		__u64 wake = BPF_RB_FORCE_WAKEUP;
+		if (l->complete && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) && fill_tables(l) &&
+		    bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
+			wake = BPF_RB_NO_WAKEUP;
+			count(STAT_PROCS_QUIET);
+		}
 		__u32 n = l->len;
 		if (n > MAX_LISTED_MAPPINGS)
 			n = MAX_LISTED_MAPPINGS; // as it is: tells the verifier
 		if (bpf_ringbuf_output(&proc_events, l,
-				       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), 0))
+				       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
 			count(STAT_PROC_EVENTS_LOST);
 	}
 	bpf_map_delete_elem(map, key);
 	return 0;
 }
 
-// announce_listed has the current process, of user code interrupted just
-// now, announce itself with its mappings as it returns to it; false when
-// it cannot.
+// announce_listed has the current process announce itself with its
+// mappings as it returns to user code; false when it cannot.
 static __always_inline bool announce_listed(__u32 tgid, __u32 generation)
 {
 	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
@@ -484,11 +656,22 @@ static __always_inline bool announce_listed(__u32 tgid, __u32 generation)
 	return true;
 }
 
+// single_threaded reports whether the current process has one thread:
+// while it sleeps in the kernel, nothing of the process runs, and its
+// listing is in time when it returns to user code (or exits).
+static __always_inline bool single_threaded(void)
+{
+	return BPF_CORE_READ(bpf_get_current_task_btf(), signal, nr_threads) == 1;
+}
+
 // announce returns what known_procs knows of tgid, announcing the process
-// to user space the first time it is seen: listed when the sample
-// interrupted user code (in_user), whose return runs the listing at once;
-// else (a thread in the kernel may sleep there for long) unlisted, now.
-static __always_inline struct known_proc announce(__u32 tgid, bool in_user)
+// to user space the first time it is seen. Listed when a sample (sampled)
+// interrupted user code (in_user), whose return runs the listing at once,
+// or when no other thread could run while this one sleeps in the kernel
+// (most new processes, in a page fault or system call of their start);
+// else unlisted, now: a thread in the kernel may sleep there for long
+// while the others run, and the off-CPU program runs in the scheduler.
+static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user)
 {
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
 	if (known)
@@ -500,7 +683,7 @@ static __always_inline struct known_proc announce(__u32 tgid, bool in_user)
 		known = bpf_map_lookup_elem(&known_procs, &tgid);
 		return known ? *known : k;
 	}
-	if (in_user && announce_listed(tgid, k.generation))
+	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation))
 		return k;
 	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
@@ -508,14 +691,15 @@ static __always_inline struct known_proc announce(__u32 tgid, bool in_user)
 		return k;
 	}
 	new_proc_of(e, tgid, k.generation);
-	bpf_ringbuf_submit(e, 0);
+	// Forced: quiet announcements may wait unread before it.
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return k;
 }
 
 // see_proc makes this CPU's cache (c, the scratch's) tgid's: its
-// generation announced (announce, in_user), and what it lacks if found
-// under the current tables_epoch.
-static __always_inline void see_proc(struct seen_proc *c, __u32 tgid, bool in_user)
+// generation announced (announce, sampled and in_user), and what it lacks
+// if found under the current tables_epoch.
+static __always_inline void see_proc(struct seen_proc *c, __u32 tgid, bool sampled, bool in_user)
 {
 	// Read the epochs before the lookups: an exec, fork or listing
 	// racing with them leaves a stale epoch in the cache, never a stale
@@ -523,7 +707,7 @@ static __always_inline void see_proc(struct seen_proc *c, __u32 tgid, bool in_us
 	__u64 epoch = *(volatile __u64 *)&proc_epoch;
 	__u32 tables = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	if (c->tgid != tgid || c->epoch != epoch || !c->known.generation) {
-		c->known = announce(tgid, in_user);
+		c->known = announce(tgid, sampled, in_user);
 		c->tgid = tgid;
 		c->epoch = epoch;
 	}
@@ -1246,7 +1430,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
 	bool in_user = user_mode(ctx);
-	see_proc(&sc->seen, tgid, in_user);
+	see_proc(&sc->seen, tgid, true, in_user);
 	__u32 gen = sc->seen.known.generation;
 
 	if (use_ringbuf) {
@@ -1356,7 +1540,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	see_proc(&sc->seen, tgid, false);
+	see_proc(&sc->seen, tgid, false, false);
 	stack_key(ctx, false, bpf_get_current_task_btf(), tid, sc, &off_cpu_stacks, &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;

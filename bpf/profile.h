@@ -25,6 +25,7 @@ enum sampler_stat {
 	STAT_PYTHON_CODES,     // code objects of young CPython processes copied for user space
 	STAT_OFF_CPU_SPANS,    // off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
 	STAT_OFF_CPU_FULL,     // off_cpu map full: span lost
+	STAT_PROCS_QUIET,      // new processes announced without waking user space (quiet_files)
 	STAT_MAX,
 };
 
@@ -99,6 +100,23 @@ struct listed_proc {
 	// for processes whose /proc/PID/cgroup is the same.
 	__u64 cgroups;
 	struct listed_mapping mappings[MAX_LISTED_MAPPINGS];
+};
+
+// A file mapped at an offset, as the kernel holds it (a listed_mapping's
+// identity; all zero for the vDSO): the key of quiet_files.
+struct quiet_file_key {
+	__u64 inode;
+	__u64 offset;
+	__u32 dev;
+	__u32 inode_generation;
+};
+
+// A mapping user space knows, with the unwind rows it walks (rows 0:
+// frame pointers), their PC 0 this far from the mapping's start.
+struct quiet_file {
+	__u64 base_from_start;
+	__u32 first;
+	__u32 rows;
 };
 
 // DWARF-based unwinding (docs/UNWIND.md). User space turns each binary's

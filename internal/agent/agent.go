@@ -259,6 +259,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	a.coll.SetPython(a.sampler)
+	a.coll.SetQuiet(a.sampler)
 	if a.unwind = collect.StartUnwind(a.coll, a.sampler); a.unwind != nil {
 		defer a.unwind.Close()
 	}

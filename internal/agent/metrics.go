@@ -67,6 +67,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 			reason{"counts_map_full", st.CountsFull}, reason{"ring_buffer_full", st.RingBufFull}, reason{"stack_map_full", st.StacksFull},
 			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},
 			reason{"process_event_lost", st.ProcEventsLost})
+		gauge("flint_processes_quiet_total", "New processes announced without waking the agent (their files and cgroups known), learned at its next drain.", "counter", st.ProcsQuiet)
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)
 		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)
 		gauge("flint_unwind_faults_total", "Of the walks with unwind tables, those cut short by unreadable stack memory.", "counter", st.UnwindFaults)

@@ -6,6 +6,7 @@ package collect
 import (
 	"encoding/binary"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ type Collector struct {
 	listed        map[sampler.KernelFile]proc.FileKey
 	listedLearned uint64
 	cgroups       map[uint64]proc.Cgroups
+	quiet         *quietFiles // nil: every new process wakes the agent (SetQuiet)
 
 	pyKernel      PythonKernel   // nil: Python frames are not read
 	pyFinder      *python.Finder // its lock is taken after mu (Forget)
@@ -199,16 +201,59 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	if np.Listed {
 		c.matchListed(np.Mappings, p)
 	}
-	if np.Cgroups != 0 && p.Cgroup != "" { // "": unread (gone), or the root
-		if len(c.cgroups) >= maxCgroups {
-			clear(c.cgroups)
-		}
-		c.cgroups[np.Cgroups] = p.Cgroups()
+	if _, ok := c.cgroups[np.Cgroups]; !ok && np.Cgroups != 0 && p.Cgroup != "" { // "": unread (gone), or the root
+		c.learnCgroups(np.Cgroups, p.Cgroups())
 	}
 	c.mu.Unlock()
-	c.notePython(c.learnPython(k, p))
-	if c.jit != nil && isJVM(p) {
+	in, err := c.learnPython(k, p)
+	c.notePython(err)
+	jvm := isJVM(p)
+	if c.jit != nil && jvm {
 		c.jit(p.PID)
+	}
+	if np.Listed && !jvm {
+		c.quietFiles(np.Mappings, in)
+	}
+}
+
+// learnCgroups notes the cgroups the kernel's key names, and tells the
+// kernel it knows them (SetQuiet). Callers hold mu.
+func (c *Collector) learnCgroups(key uint64, cg proc.Cgroups) {
+	if len(c.cgroups) >= maxCgroups {
+		if c.quiet != nil {
+			for k := range c.cgroups {
+				_ = c.quiet.k.DeleteQuietCgroups(k) // not there: nothing to undo
+			}
+		}
+		clear(c.cgroups)
+	}
+	c.cgroups[key] = cg
+	if c.quiet != nil {
+		_ = c.quiet.k.SetQuietCgroups(key) // full: its processes wake the agent
+	}
+}
+
+// quietFiles tells the kernel of the files of listing that are matched, a
+// process that needed nothing more at once, or only its interpreter in
+// (nil: none), which it is told of first (SetQuiet).
+func (c *Collector) quietFiles(listing []sampler.ListedMapping, in *python.Interpreter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quiet == nil {
+		return
+	}
+	if in != nil {
+		i := slices.IndexFunc(listing, func(l sampler.ListedMapping) bool { return l.Start == in.Mapping.Start })
+		if i < 0 || !c.quiet.addPython(in.Mapping.Key(), listing[i].File, listing[i].Offset, in) {
+			return
+		}
+	}
+	for _, l := range listing {
+		if l.VDSO {
+			c.quiet.add(proc.FileKey{}, sampler.KernelFile{}, 0)
+		} else if k, ok := c.listed[l.File]; ok {
+			c.quiet.add(k, l.File, l.Offset)
+		}
 	}
 }
 
@@ -292,6 +337,9 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 			delete(c.files, k)
 			if c.listed[u.listedAs] == k {
 				delete(c.listed, u.listedAs)
+			}
+			if c.quiet != nil {
+				c.quiet.forget(k)
 			}
 		}
 	}

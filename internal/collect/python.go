@@ -32,30 +32,29 @@ func (c *Collector) SetPython(k PythonKernel) {
 	}
 	c.mu.Unlock()
 	for key, p := range known {
-		c.notePython(c.learnPython(key, p))
+		_, err := c.learnPython(key, p)
+		c.notePython(err)
 	}
 }
 
-// learnPython finds p's interpreter and has the kernel read its frames.
-// It returns python.ErrVersion for an interpreter it cannot read.
-func (c *Collector) learnPython(k procKey, p *proc.Process) error {
+// learnPython finds p's interpreter and has the kernel read its frames;
+// it returns the interpreter, nil for a process of none. It returns
+// python.ErrVersion for an interpreter it cannot read.
+func (c *Collector) learnPython(k procKey, p *proc.Process) (*python.Interpreter, error) {
 	c.mu.Lock()
 	kernel := c.pyKernel
 	c.mu.Unlock()
 	if kernel == nil {
-		return nil
+		return nil, nil
 	}
 	in, err := c.pyFinder.Find(p)
 	if in == nil {
-		return err
+		return nil, err
 	}
-	pp, err := python.Open(p.PID, in)
-	if err != nil {
-		return nil // gone already
-	}
+	pp := python.Open(p.PID, p.StartTime, in)
 	if err := kernel.SetPython(k.pid, k.generation, in); err != nil {
 		pp.Close()
-		return nil // its map full: native frames only
+		return in, nil // its map full: native frames only
 	}
 	c.mu.Lock()
 	// Its entry from before its first sample (generation 0) gives way.
@@ -67,14 +66,14 @@ func (c *Collector) learnPython(k procKey, p *proc.Process) error {
 	}
 	c.pythons[k] = pp
 	c.mu.Unlock()
-	return nil
+	return in, nil
 }
 
 // LearnPython has the kernel read the Python frames of p from its first
 // sample on, before p is announced (`flint record -p`), when it notes an
 // unsupported version.
 func (c *Collector) LearnPython(p *proc.Process) {
-	_ = c.learnPython(procKey{pid: uint32(p.PID)}, p)
+	_, _ = c.learnPython(procKey{pid: uint32(p.PID)}, p)
 }
 
 // notePython counts a CPython process whose frames flint cannot read

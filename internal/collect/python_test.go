@@ -2,9 +2,14 @@ package collect
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/python"
 	"github.com/flint-dev/flint/internal/sampler"
 	"github.com/flint-dev/flint/internal/symbol"
@@ -58,5 +63,55 @@ func TestPythonNames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecordQuietPython records the whole node while a second process of
+// a CPython interpreter starts after the first was learned: the kernel
+// announces it without waking flint, lists its interpreter from what the
+// first taught, and its Python frames are named as the first's (at least
+// 95% of its samples in the fixture's functions). It is held stopped until
+// then, so that its first sample is in its own code and it is listed.
+func TestRecordQuietPython(t *testing.T) {
+	requireRoot(t)
+	if !sampler.ListsNewProcesses() {
+		t.Skip("this kernel has no BPF task works (Linux 6.18): no process is announced quietly")
+	}
+	const py = "/usr/bin/python3.11"
+	first := fixture.Python(t, py, fixture.PythonOptions{})
+	second := fixture.Python(t, py, fixture.PythonOptions{})
+	if err := syscall.Kill(second, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	reports := 0
+	res := record(t, RecordOptions{}, func(Progress) bool {
+		if reports++; reports == 2 { // the first fixture learned
+			if err := syscall.Kill(second, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return reports == 2+int(testCPU/time.Second)
+	})
+	if res.Stats.ProcsQuiet == 0 {
+		t.Errorf("no process was announced quietly: %+v", res.Stats)
+	}
+	for _, pid := range []int{first, second} {
+		var named, total int64
+		for _, s := range res.Profile.Samples {
+			if !byPID(pid)(s) {
+				continue
+			}
+			total += s.Count
+			if slices.ContainsFunc(s.Stack, func(l *profile.Location) bool {
+				return strings.HasPrefix(l.Frames[0].Function, "busy.hot_")
+			}) {
+				named += s.Count
+			}
+		}
+		share := 100 * float64(named) / float64(max(total, 1))
+		t.Logf("pid %d: %d samples, %.1f%% in busy.hot_*", pid, total, share)
+		if total == 0 || share < 95 {
+			t.Errorf("pid %d: %.1f%% of %d samples in the fixture's Python functions, want ≥ 95%%", pid, share, total)
+		}
 	}
 }

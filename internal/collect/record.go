@@ -121,6 +121,7 @@ func Record(ctx context.Context, o RecordOptions) (*Result, error) {
 			c.LearnPython(target)
 		}
 	}
+	c.SetQuiet(s)
 	if t := StartUnwind(c, s); t != nil {
 		defer t.Close()
 		if target != nil {

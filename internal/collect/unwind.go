@@ -18,7 +18,13 @@ func StartUnwind(c *Collector, s *sampler.Sampler) *unwind.Tables {
 	if s.UnwindRows() == 0 {
 		return nil
 	}
-	t := unwind.New(s, unwind.Options{
+	var k unwind.Kernel = s
+	c.mu.Lock()
+	if c.quiet != nil {
+		k = c.quiet // it lists the rows of known files in the kernel
+	}
+	c.mu.Unlock()
+	t := unwind.New(k, unwind.Options{
 		Rows:        s.UnwindRows(),
 		MaxMappings: sampler.MaxUnwindMappings,
 		Open:        func(pid int, m *proc.Mapping) (unwind.File, error) { return proc.Open(pid, m) },

@@ -16,11 +16,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/profile"
+	"github.com/flint-dev/flint/internal/sampler"
 )
 
 // nofpPaths are the stacks of testdata/fixtures/nofp/nofp.c, as the
@@ -454,5 +456,45 @@ func hostileCopy(t *testing.T, bin string, spoil func([]byte, *rand.Rand)) strin
 func randomize(b []byte, rng *rand.Rand) {
 	for i := range b {
 		b[i] = byte(rng.Uint32())
+	}
+}
+
+// TestRecordQuietWithoutFramePointers records the whole node while a second
+// process of the C fixture starts after the first was learned: it maps
+// only files known by then, so the kernel announces it without waking
+// flint and walks its stacks with the rows it was told of (the first
+// samples aside, before its listing), and at least 99% of its stacks reach
+// main. It is held stopped until then, so that its first sample is in its
+// own code and it is listed.
+func TestRecordQuietWithoutFramePointers(t *testing.T) {
+	requireRoot(t)
+	if !sampler.ListsNewProcesses() {
+		t.Skip("this kernel has no BPF task works (Linux 6.18): no process is announced quietly")
+	}
+	fx := buildFixtures(t)
+	first := startFixture(t, fx["nofp"], fx["nofp-plugin"], "60")
+	second := startFixture(t, fx["nofp"], fx["nofp-plugin"], "60")
+	if err := second.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	reports := 0
+	res := record(t, RecordOptions{}, func(Progress) bool {
+		if reports++; reports == 2 { // the first fixture learned
+			if err := second.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return reports == 2+int(testCPU/time.Second)
+	})
+	if res.Stats.ProcsQuiet == 0 {
+		t.Errorf("no process was announced quietly: %+v", res.Stats)
+	}
+	for _, cmd := range []*exec.Cmd{first, second} {
+		_, mainShare, total := shares(res.Profile, byPID(cmd.Process.Pid), cFuncs, "main")
+		t.Logf("pid %d: %d samples, %.2f%% reach main", cmd.Process.Pid, total, mainShare)
+		if total == 0 || mainShare < minMainShare {
+			t.Errorf("pid %d: %.2f%% of %d samples reach main, want ≥ %.0f%%", cmd.Process.Pid, mainShare, total, minMainShare)
+			dumpTop(t, res.Profile, byPID(cmd.Process.Pid), "main")
+		}
 	}
 }

@@ -86,14 +86,59 @@ var unreadable = &code{}
 const maxCodes = 1 << 16
 
 // Open returns a Process reading the memory of process pid, whose
-// interpreter is in.
-func Open(pid int, in *Interpreter) (*Process, error) {
+// interpreter is in, and which started at startTime (proc.Process's; 0:
+// unchecked). Its memory is opened on the first read: the sampler copies
+// most code objects as it samples (RememberCopy), and a process whose
+// were all copied is never read, even once it has exited.
+func Open(pid int, startTime uint64, in *Interpreter) *Process {
+	return &Process{interp: in, mem: &lazyMem{pid: pid, startTime: startTime}, codes: map[uint64]*code{}}
+}
+
+// lazyMem is /proc/PID/mem, opened on the first read: opening it has the
+// kernel build /proc/PID on its first look, which a process whose code
+// objects were all copied never pays.
+type lazyMem struct {
+	pid       int
+	startTime uint64
+	mem       procMem
+	err       error // the open's, once tried
+	tried     bool
+}
+
+func (l *lazyMem) ReadAt(b []byte, off int64) (int, error) {
+	if !l.tried {
+		l.tried = true
+		l.mem, l.err = openProcess(l.pid, l.startTime)
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	return l.mem.ReadAt(b, off)
+}
+
+func (l *lazyMem) Close() error {
+	if !l.tried || l.err != nil {
+		return nil
+	}
+	return l.mem.Close()
+}
+
+// openProcess opens the memory of process pid if it is the one that
+// started at startTime: a file opened is that process's for good, and a
+// PID reused since names another.
+func openProcess(pid int, startTime uint64) (procMem, error) {
 	path := fmt.Sprintf("%s/%d/mem", procRoot, pid)
 	m, err := openMem(path)
 	if err != nil {
-		return nil, fmt.Errorf("read python process %d: %w", pid, &fs.PathError{Op: "open", Path: path, Err: err})
+		return m, fmt.Errorf("read python process %d: %w", pid, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	return &Process{interp: in, mem: m, codes: map[uint64]*code{}}, nil
+	if startTime != 0 {
+		if now, err := proc.StartTime(pid); err != nil || now != startTime {
+			m.Close()
+			return m, fmt.Errorf("read python process %d: gone, its PID reused", pid)
+		}
+	}
+	return m, nil
 }
 
 // procMem is a process's memory, /proc/PID/mem open as a descriptor, read

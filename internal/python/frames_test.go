@@ -172,17 +172,11 @@ func TestStaticCodeShared(t *testing.T) {
 				if err != nil || in == nil {
 					t.Fatalf("Find: %v, %v", in, err)
 				}
-				pp, err := Open(p.PID, in)
-				if err != nil {
-					t.Fatal(err)
-				}
+				pp := Open(p.PID, p.StartTime, in)
 				defer pp.Close()
 				mem := &countedMemory{memory: pp.mem}
 				pp.mem = mem
-				alone, err := Open(p.PID, &Interpreter{Minor: in.Minor, Runtime: in.Runtime, CodeType: in.CodeType, Offsets: in.Offsets})
-				if err != nil {
-					t.Fatal(err)
-				}
+				alone := Open(p.PID, p.StartTime, &Interpreter{Minor: in.Minor, Runtime: in.Runtime, CodeType: in.CodeType, Offsets: in.Offsets})
 				defer alone.Close()
 				image := imageOf(t, p.PID, in)
 				var static, frozen, own int

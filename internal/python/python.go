@@ -48,6 +48,10 @@ type Interpreter struct {
 	// object; 0 when unknown (nothing is checked then).
 	CodeType uint64
 	Offsets  Offsets
+	// Mapping is the executable mapping of the interpreter's file it was
+	// found by (Find); every address above is as far from its start in
+	// every process that maps the file there alike.
+	Mapping proc.Mapping
 
 	// file is the file the interpreter is in, shared by every process of
 	// it; nil for an Interpreter made otherwise than by Find (nothing
@@ -235,7 +239,9 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 			continue
 		}
 		if bias, ok := known.in.layout.Bias(m); ok {
-			return known.in.interpreter(bias), nil
+			in := known.in.interpreter(bias)
+			in.Mapping = *m
+			return in, nil
 		}
 	}
 	return nil, nil

@@ -22,6 +22,11 @@ func (s *Sampler) Drain() ([]Sample, error) {
 	// makes PythonToRead ask for one drain more. One that cannot be
 	// cleared asks for drains every second, which is all it costs.
 	_ = s.objs.OldPythonSampled.Set(uint32(0))
+	// Quiet announcements woke no one: their processes are learned before
+	// their samples are named.
+	if s.procs != nil {
+		s.announced()
+	}
 	// Copies of code objects that young Python samples ran woke no one:
 	// they are read before the samples that ran them. An error is the ring's
 	// layout, which ended its reader too.

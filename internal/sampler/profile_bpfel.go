@@ -182,6 +182,21 @@ type profilePythonThread struct {
 	Checked uint64
 }
 
+type profileQuietFile struct {
+	_             structs.HostLayout
+	BaseFromStart uint64
+	First         uint32
+	Rows          uint32
+}
+
+type profileQuietFileKey struct {
+	_               structs.HostLayout
+	Inode           uint64
+	Offset          uint64
+	Dev             uint32
+	InodeGeneration uint32
+}
+
 type profileRowCacheEntry struct {
 	_     structs.HostLayout
 	First uint32
@@ -233,7 +248,8 @@ const (
 	profileSamplerStatSTAT_PYTHON_CODES     profileSamplerStat = 13
 	profileSamplerStatSTAT_OFF_CPU_SPANS    profileSamplerStat = 14
 	profileSamplerStatSTAT_OFF_CPU_FULL     profileSamplerStat = 15
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 16
+	profileSamplerStatSTAT_PROCS_QUIET      profileSamplerStat = 16
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 17
 )
 
 type profileScratch struct {
@@ -301,12 +317,16 @@ const (
 	profileMapPythonProcs              = "python_procs"
 	profileMapPythonThreads            = "python_threads"
 	profileMapPythonYoung              = "python_young"
+	profileMapQuietCgroups             = "quiet_cgroups"
+	profileMapQuietFiles               = "quiet_files"
+	profileMapQuietPythons             = "quiet_pythons"
 	profileMapRowCache                 = "row_cache"
 	profileMapSamples                  = "samples"
 	profileMapScratch                  = "scratch"
 	profileMapStacks                   = "stacks"
 	profileMapStaleProcs               = "stale_procs"
 	profileMapStats                    = "stats"
+	profileMapUnwindProcScratch        = "unwind_proc_scratch"
 	profileMapUnwindProcs              = "unwind_procs"
 	profileMapUnwindRows               = "unwind_rows"
 	profileProgOnExec                  = "on_exec"
@@ -404,12 +424,16 @@ type profileMapSpecs struct {
 	PythonProcs       *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads     *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonYoung       *ebpf.MapSpec `ebpf:"python_young"`
+	QuietCgroups      *ebpf.MapSpec `ebpf:"quiet_cgroups"`
+	QuietFiles        *ebpf.MapSpec `ebpf:"quiet_files"`
+	QuietPythons      *ebpf.MapSpec `ebpf:"quiet_pythons"`
 	RowCache          *ebpf.MapSpec `ebpf:"row_cache"`
 	Samples           *ebpf.MapSpec `ebpf:"samples"`
 	Scratch           *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks            *ebpf.MapSpec `ebpf:"stacks"`
 	StaleProcs        *ebpf.MapSpec `ebpf:"stale_procs"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	UnwindProcScratch *ebpf.MapSpec `ebpf:"unwind_proc_scratch"`
 	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
@@ -477,12 +501,16 @@ type profileMaps struct {
 	PythonProcs       *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads     *ebpf.Map `ebpf:"python_threads"`
 	PythonYoung       *ebpf.Map `ebpf:"python_young"`
+	QuietCgroups      *ebpf.Map `ebpf:"quiet_cgroups"`
+	QuietFiles        *ebpf.Map `ebpf:"quiet_files"`
+	QuietPythons      *ebpf.Map `ebpf:"quiet_pythons"`
 	RowCache          *ebpf.Map `ebpf:"row_cache"`
 	Samples           *ebpf.Map `ebpf:"samples"`
 	Scratch           *ebpf.Map `ebpf:"scratch"`
 	Stacks            *ebpf.Map `ebpf:"stacks"`
 	StaleProcs        *ebpf.Map `ebpf:"stale_procs"`
 	Stats             *ebpf.Map `ebpf:"stats"`
+	UnwindProcScratch *ebpf.Map `ebpf:"unwind_proc_scratch"`
 	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
 }
@@ -502,12 +530,16 @@ func (m *profileMaps) Close() error {
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonYoung,
+		m.QuietCgroups,
+		m.QuietFiles,
+		m.QuietPythons,
 		m.RowCache,
 		m.Samples,
 		m.Scratch,
 		m.Stacks,
 		m.StaleProcs,
 		m.Stats,
+		m.UnwindProcScratch,
 		m.UnwindProcs,
 		m.UnwindRows,
 	)

@@ -10,6 +10,30 @@ import (
 // SetPython makes the sampler read the Python frames of process pid's
 // image generation (0: any), whose interpreter is in.
 func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) error {
+	p := pythonProc(generation, in)
+	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&pid), unsafe.Pointer(&p)); err != nil {
+		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
+	}
+	return s.forgetLacks()
+}
+
+// SetQuietPython tells the program of interpreter in, found by its file's
+// mapping at offset that starts at start (a file SetQuietFile names): a
+// quiet process of it has its Python frames read from its first samples.
+func (s *Sampler) SetQuietPython(f KernelFile, offset, start uint64, in *python.Interpreter) error {
+	k := quietKey(f, offset)
+	p := pythonProc(0, in)
+	p.Runtime -= start
+	p.ImageStart -= start
+	p.ImageEnd -= start
+	if err := putRaw(s.objs.QuietPythons, unsafe.Pointer(&k), unsafe.Pointer(&p)); err != nil {
+		return fmt.Errorf("set quiet python interpreter %d:%d at %#x: %w", f.Dev, f.Inode, offset, err)
+	}
+	return nil
+}
+
+// pythonProc is what the program reads of a process of interpreter in.
+func pythonProc(generation uint32, in *python.Interpreter) profilePythonProc {
 	o := &in.Offsets
 	p := profilePythonProc{Generation: generation, Runtime: in.Runtime}
 	p.O.InterpretersHead, p.O.ThreadsHead = o.InterpretersHead, o.ThreadsHead
@@ -27,10 +51,7 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	if o.CFrame {
 		p.O.Cframe = 1
 	}
-	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&pid), unsafe.Pointer(&p)); err != nil {
-		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
-	}
-	return s.forgetLacks()
+	return p
 }
 
 // DeletePython stops reading process pid's Python frames. A process

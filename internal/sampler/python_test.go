@@ -46,11 +46,11 @@ func TestPythonCopies(t *testing.T) {
 				if in == nil {
 					return
 				}
-				copied, err1 := python.Open(int(pid), in)
-				read, err2 := python.Open(int(pid), inRead)
-				if err1 != nil || err2 != nil {
+				start, err := proc.StartTime(int(pid))
+				if err != nil {
 					return // gone
 				}
+				copied, read := python.Open(int(pid), start, in), python.Open(int(pid), start, inRead)
 				defer read.Close()
 				copied.Close()
 				copied.RememberCopy(c)

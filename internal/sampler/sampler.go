@@ -131,6 +131,9 @@ type Stats struct {
 	Samples, UserStackErrors, KernelStackErrors uint64
 	StacksFull, CountsFull, RingBufFull         uint64
 	ProcEventsLost                              uint64
+	// ProcsQuiet counts new processes announced without waking the
+	// reader (SetQuietFile): read at the next Drain.
+	ProcsQuiet uint64
 	// User stacks walked with unwind tables; of those, walks that reached
 	// the outermost frame, and walks cut short by unreadable memory.
 	UnwindWalks, UnwindComplete, UnwindFaults uint64
@@ -168,9 +171,9 @@ type Sampler struct {
 	samples  *ring
 	wg       sync.WaitGroup
 
-	// onYoung handles a python_young record: in the reader a record woke,
-	// and in Drain.
-	onYoung func([]byte)
+	// onYoung handles a python_young record, onProc a proc_events one: in
+	// the reader a record woke, and in Drain.
+	onYoung, onProc func([]byte)
 
 	// Until the off-CPU program is loaded, what loadOffCPU loads it from.
 	offCPUSpec *ebpf.CollectionSpec
@@ -364,17 +367,19 @@ func (s *Sampler) start() error {
 		return fmt.Errorf("open young Python process events: %w", err)
 	}
 	s.wg.Add(3)
-	var listed []ListedMapping // the announcements' scratch
-	go s.readRing(s.procs, func(raw []byte) {
+	var listed []ListedMapping // the announcements' scratch, under s.procs.mu
+	s.onProc = func(raw []byte) {
 		if p, ok := decodeNewProc(raw, listed[:0]); ok && s.opts.OnNewProc != nil {
 			s.opts.OnNewProc(p)
 			if p.Listed {
 				listed = p.Mappings
 			}
 		}
-	})
+	}
+	go s.readRing(s.procs, s.onProc)
 	go s.readRing(s.stale, func(raw []byte) {
 		if p, ok := decodeNewProc(raw, nil); ok && s.opts.OnStale != nil {
+			s.announced()
 			s.opts.OnStale(p.PID, p.Generation)
 		}
 	})
@@ -383,6 +388,7 @@ func (s *Sampler) start() error {
 	s.onYoung = func(raw []byte) {
 		var ok bool
 		var pid, gen uint32
+		s.announced() // the record's process first
 		switch pythonRecord(raw) {
 		case profilePythonRecordPY_RECORD_STACK:
 			if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
@@ -483,6 +489,13 @@ func (s *Sampler) readRing(r *ring, handle func([]byte)) {
 	}
 }
 
+// announced hands OnNewProc the announcements waiting unread: quiet ones
+// (SetQuietFile) wake no reader, and must be known before what follows
+// them, a stale process or a young Python sample.
+func (s *Sampler) announced() {
+	s.procs.read(s.onProc) // an error ended its reader too
+}
+
 // NewProc is a process the BPF program announced: its PID, the generation
 // that tells images of one PID apart, and its name and start time as
 // /proc/PID/stat gives them (Comm is "" when the program could not read
@@ -496,7 +509,8 @@ type NewProc struct {
 	ExeText uint64
 	// Listed is set when the kernel listed every executable mapping of
 	// the process, in address order, in Mappings (Linux 6.18 and later,
-	// for a process first sampled in user code): /proc/PID/maps need not
+	// for a process first sampled in user code, or single-threaded):
+	// /proc/PID/maps need not
 	// be read for files already known. Mappings is valid only until
 	// OnNewProc returns.
 	Listed   bool
@@ -725,6 +739,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.CountsFull += c[profileSamplerStatSTAT_COUNTS_FULL]
 		st.RingBufFull += c[profileSamplerStatSTAT_RINGBUF_FULL]
 		st.ProcEventsLost += c[profileSamplerStatSTAT_PROC_EVENTS_LOST]
+		st.ProcsQuiet += c[profileSamplerStatSTAT_PROCS_QUIET]
 		st.UnwindWalks += c[profileSamplerStatSTAT_UNWIND_WALKS]
 		st.UnwindComplete += c[profileSamplerStatSTAT_UNWIND_COMPLETE]
 		st.UnwindFaults += c[profileSamplerStatSTAT_UNWIND_FAULTS]

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/btf"
-
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
 )
@@ -134,31 +132,19 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 	}
 }
 
-// TestSamplerListsMappings checks that a process first sampled in user
-// code is announced with its executable mappings as /proc/PID/maps has
-// them, and with a key for its cgroups that another process in the same
-// ones shares and one in another cgroup does not. A first sample in the
-// kernel announces a process unlisted, by design; a spinning shell is in
-// user code nearly always, and a new sampler announces it anew, so a few
-// starts settle it.
-func TestSamplerListsMappings(t *testing.T) {
-	requireBPF(t)
-	kernel, err := btf.LoadKernelSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kernel.AnyTypeByName("bpf_task_work_schedule_resume_impl"); err != nil {
+// requireTaskWorks skips t on a kernel without BPF task works.
+func requireTaskWorks(t *testing.T) {
+	t.Helper()
+	if !ListsNewProcesses() {
 		t.Skip("this kernel has no BPF task works (Linux 6.18): announcements are not listed")
 	}
-	// The third shell in a cgroup of its own (cgroup v1's cpu controller),
-	// removed once the shells are killed (cleanups run last first).
-	other := fmt.Sprintf("/sys/fs/cgroup/cpu/flint-listing-%d", os.Getpid())
-	moved := os.Mkdir(other, 0o755) == nil
-	if moved {
-		t.Cleanup(func() { os.Remove(other) })
-	}
+}
+
+// spinningShells starts n shells that spin in user code until t ends.
+func spinningShells(t *testing.T, n int) []uint32 {
+	t.Helper()
 	var pids []uint32
-	for range 3 {
+	for range n {
 		shell := exec.Command("/bin/sh", "-c", "while :; do :; done")
 		if err := shell.Start(); err != nil {
 			t.Fatal(err)
@@ -166,6 +152,26 @@ func TestSamplerListsMappings(t *testing.T) {
 		t.Cleanup(func() { shell.Process.Kill(); shell.Wait() })
 		pids = append(pids, uint32(shell.Process.Pid))
 	}
+	return pids
+}
+
+// TestSamplerListsMappings checks that a process first sampled in user
+// code is announced with its executable mappings as /proc/PID/maps has
+// them, and with a key for its cgroups that another process in the same
+// ones shares and one in another cgroup does not. A spinning shell is in
+// user code nearly always, and a new sampler announces it anew, so a few
+// starts settle it.
+func TestSamplerListsMappings(t *testing.T) {
+	requireBPF(t)
+	requireTaskWorks(t)
+	// The third shell in a cgroup of its own (cgroup v1's cpu controller),
+	// removed once the shells are killed (cleanups run last first).
+	other := fmt.Sprintf("/sys/fs/cgroup/cpu/flint-listing-%d", os.Getpid())
+	moved := os.Mkdir(other, 0o755) == nil
+	if moved {
+		t.Cleanup(func() { os.Remove(other) })
+	}
+	pids := spinningShells(t, 3)
 	moved = moved && os.WriteFile(other+"/cgroup.procs", []byte(strconv.Itoa(int(pids[2]))), 0) == nil
 	time.Sleep(100 * time.Millisecond) // exec'd, spinning
 	got := map[uint32]NewProc{}
@@ -227,6 +233,156 @@ func TestSamplerListsMappings(t *testing.T) {
 		t.Logf("no cgroup of its own for the third shell (%s): the key of another cgroup is not checked", other)
 	} else if got[pids[2]].Cgroups == got[pids[0]].Cgroups {
 		t.Errorf("a shell in another cgroup has the same key, %#x", got[pids[0]].Cgroups)
+	}
+}
+
+// TestSamplerListsSingleThreadedInKernel checks that a single-threaded
+// process that runs in the kernel nearly always (dd copying /dev/zero to
+// /dev/null), and so is first sampled there, is announced listed: it lists
+// itself as it returns to user code.
+func TestSamplerListsSingleThreadedInKernel(t *testing.T) {
+	requireBPF(t)
+	requireTaskWorks(t)
+	dd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=1M")
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dd.Process.Kill(); dd.Wait() })
+	time.Sleep(100 * time.Millisecond) // exec'd, copying
+	announced := make(chan NewProc, 1)
+	s, err := Start(Options{Frequency: 997, PID: dd.Process.Pid, OnNewProc: func(p NewProc) {
+		p.Mappings = slices.Clone(p.Mappings)
+		announced <- p
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case p := <-announced:
+		want, err := proc.Read(dd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Listed || len(p.Mappings) != len(want.Mappings) {
+			t.Errorf("dd announced %+v; want it listed with the %d mappings /proc has", p, len(want.Mappings))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("dd was not announced")
+	}
+}
+
+// TestSamplerQuietAnnouncement checks that a process mapping only files
+// SetQuietFile named, in cgroups SetQuietCgroups named, is announced
+// without waking the reader, read by Drain, with its unwind mappings
+// listed from the rows given; and that one of cgroups not named wakes it.
+// Each sampler samples one shell: any other process would wake the
+// reader, which reads what is there.
+func TestSamplerQuietAnnouncement(t *testing.T) {
+	requireBPF(t)
+	requireTaskWorks(t)
+	// Spinning already when sampling starts, in user code: listed.
+	pids := spinningShells(t, 2)
+	time.Sleep(100 * time.Millisecond) // exec'd, spinning
+	announced := make(chan NewProc, 16)
+	sample := func(pid uint32) *Sampler {
+		s, err := Start(Options{Frequency: 997, PID: int(pid), Paused: true, OnNewProc: func(p NewProc) {
+			p.Mappings = slices.Clone(p.Mappings)
+			announced <- p
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// The first sampler teaches the first shell's files and cgroups.
+	var first NewProc
+	for range 5 {
+		s := sample(pids[0])
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case first = <-announced:
+		case <-time.After(5 * time.Second):
+		}
+		s.Close()
+		if first.Listed {
+			break
+		}
+	}
+	if !first.Listed {
+		t.Fatalf("the spinning shell was not announced listed: %+v", first)
+	}
+	rows := QuietRows{BaseFromStart: 0x1000, First: 7, Rows: 3}
+	withRows := slices.IndexFunc(first.Mappings, func(m ListedMapping) bool { return !m.VDSO })
+	setFiles := func(s *Sampler) {
+		for i, m := range first.Mappings {
+			f, offset, r := m.File, m.Offset, QuietRows{}
+			if m.VDSO {
+				f, offset = KernelFile{}, 0
+			} else if i == withRows {
+				r = rows
+			}
+			if err := s.SetQuietFile(f, offset, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	s := sample(pids[1])
+	defer s.Close()
+	setFiles(s)
+	if err := s.SetQuietCgroups(first.Cgroups); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	select {
+	case p := <-announced:
+		t.Fatalf("process %d (listed %v) woke the reader: its files and cgroups are known", p.PID, p.Listed)
+	default:
+	}
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	var p NewProc
+	select {
+	case p = <-announced:
+	default:
+		t.Fatal("Drain read no quiet announcement")
+	}
+	if !p.Listed || len(p.Mappings) != len(first.Mappings) {
+		t.Fatalf("quiet announcement %+v, not listed as the first shell's %+v", p, first)
+	}
+	var u profileUnwindProc
+	if err := s.objs.UnwindProcs.Lookup(p.PID, &u); err != nil {
+		t.Fatalf("process %d: no unwind mappings filled: %v", p.PID, err)
+	}
+	m, e := p.Mappings[withRows], u.Mappings[withRows]
+	if u.Generation != p.Generation || int(u.Len) != len(p.Mappings) || e.Start != m.Start || e.End != m.End ||
+		e.Base != m.Start+rows.BaseFromStart || e.First != rows.First || e.Rows != rows.Rows {
+		t.Errorf("process %d: unwind mappings %+v (mapping %d: %+v), want generation %d, %d mappings, %+v with %+v",
+			p.PID, u, withRows, e, p.Generation, len(p.Mappings), m, rows)
+	}
+	if st, err := s.Stats(); err != nil || st.ProcsQuiet != 1 {
+		t.Errorf("stats %+v (%v): want 1 process announced quiet", st, err)
+	}
+	s.Close()
+
+	// Cgroups not known: the reader is woken.
+	s = sample(pids[1])
+	defer s.Close()
+	setFiles(s)
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-announced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a process of unknown cgroups was not announced at once")
 	}
 }
 

@@ -33,6 +33,10 @@ type Mapping struct {
 	Base       uint64 // the address of the first row's PC
 	First      uint32 // index of the first row
 	Rows       uint32 // 0: no rows, frame pointers
+	// The file mapped, and where in it: the rows of every mapping of it
+	// at Offset are the same, Base as far from Start.
+	File   proc.FileKey
+	Offset uint64
 }
 
 // relistInterval is how often one process's mappings are listed again when
@@ -378,7 +382,7 @@ func (t *Tables) list(j job, relisted time.Time) {
 			break // the rest: frame pointers
 		}
 		m := &j.mappings[i]
-		e := Mapping{Start: m.Start, End: m.End}
+		e := Mapping{Start: m.Start, End: m.End, File: m.Key(), Offset: m.Offset}
 		switch b := t.tableOf(j.pid, m); {
 		case b == nil:
 		case b.building:

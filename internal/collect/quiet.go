@@ -1,0 +1,177 @@
+package collect
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/python"
+	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/unwind"
+)
+
+// QuietKernel announces a new process without waking the agent when it
+// maps only files the agent knows, in cgroups it knows (the sampler, Linux
+// 6.18: a process the kernel lists), and walks its stacks with the unwind
+// rows it was told of; it is also the unwinder's Kernel.
+type QuietKernel interface {
+	unwind.Kernel
+	SetQuietFile(f sampler.KernelFile, offset uint64, r sampler.QuietRows) error
+	DeleteQuietFile(f sampler.KernelFile, offset uint64) error
+	SetQuietPython(f sampler.KernelFile, offset, start uint64, in *python.Interpreter) error
+	SetQuietCgroups(key uint64) error
+	DeleteQuietCgroups(key uint64) error
+}
+
+// SetQuiet has c tell k of the files and cgroups of the processes it
+// learns that need nothing at once but tables the kernel can fill, no JIT
+// map: the processes after them that map only such files are learned at
+// the next drain, from the kernel's listing, waking no one. Call it before
+// StartUnwind.
+func (c *Collector) SetQuiet(k QuietKernel) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.quiet = &quietFiles{k: k, files: map[proc.FileKey]*quietFile{}}
+}
+
+// quietFiles keeps the kernel's list of known files (QuietKernel) and
+// the unwind rows of each, as the unwinder lists them in processes: it
+// stands between the unwinder and the sampler. Its lock is taken last.
+type quietFiles struct {
+	k     QuietKernel
+	mu    sync.Mutex
+	files map[proc.FileKey]*quietFile // the zero key is the vDSO's
+}
+
+// quietFile is a file known processes map: the offsets of its mappings the
+// kernel was told of (as it holds the file: kernel), and where the
+// unwinder last listed its rows at each offset, until they are
+// overwritten; the interpreter in it if told of (python), found by its
+// mapping at pythonAt, whose code objects the sampler names pythonImage.
+type quietFile struct {
+	kernel      sampler.KernelFile
+	told        []uint64
+	rows        map[uint64]sampler.QuietRows
+	python      bool
+	pythonAt    uint64
+	pythonImage uint32
+}
+
+// file returns what is known of file, making it known. Callers hold mu.
+func (q *quietFiles) file(file proc.FileKey) *quietFile {
+	f := q.files[file]
+	if f == nil {
+		f = &quietFile{rows: map[uint64]sampler.QuietRows{}}
+		q.files[file] = f
+	}
+	return f
+}
+
+// holds reports whether the kernel may be told of f as kernel: the one
+// it was told of f as, if any (forget undoes only that one).
+func (f *quietFile) holds(kernel sampler.KernelFile) bool {
+	return f.kernel == kernel || (len(f.told) == 0 && !f.python)
+}
+
+// add tells the kernel of file, as it holds it (kernel), mapped at offset.
+func (q *quietFiles) add(file proc.FileKey, kernel sampler.KernelFile, offset uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.file(file)
+	if slices.Contains(f.told, offset) || !f.holds(kernel) {
+		return
+	}
+	f.kernel = kernel
+	if q.k.SetQuietFile(kernel, offset, f.rows[offset]) == nil {
+		f.told = append(f.told, offset)
+	}
+}
+
+// addPython tells the kernel of interpreter in, in file as the kernel
+// holds it (kernel), found by its mapping at offset; false if it could
+// not.
+func (q *quietFiles) addPython(file proc.FileKey, kernel sampler.KernelFile, offset uint64, in *python.Interpreter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.file(file)
+	if !f.holds(kernel) {
+		return false
+	}
+	if f.python && f.pythonImage == in.ImageID() && f.pythonAt == offset {
+		return true
+	}
+	f.kernel = kernel
+	if q.k.SetQuietPython(kernel, offset, in.Mapping.Start, in) != nil {
+		return false
+	}
+	f.python, f.pythonAt, f.pythonImage = true, offset, in.ImageID()
+	return true
+}
+
+// forget drops what is known of file and takes it off the kernel's list:
+// no known process maps it, and its inode may be reused.
+func (q *quietFiles) forget(file proc.FileKey) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.files[file]
+	if f == nil {
+		return
+	}
+	told := f.told
+	if f.python && !slices.Contains(told, f.pythonAt) {
+		told = append(told, f.pythonAt)
+	}
+	for _, o := range told {
+		_ = q.k.DeleteQuietFile(f.kernel, o) // not there: nothing to undo
+	}
+	delete(q.files, file)
+}
+
+// setRows notes the rows of f at offset and tells the kernel if they
+// changed where it was told of f. Callers hold mu.
+func (q *quietFiles) setRows(f *quietFile, offset uint64, r sampler.QuietRows) {
+	if f.rows[offset] == r {
+		return
+	}
+	if r == (sampler.QuietRows{}) {
+		delete(f.rows, offset)
+	} else {
+		f.rows[offset] = r
+	}
+	if slices.Contains(f.told, offset) {
+		_ = q.k.SetQuietFile(f.kernel, offset, r) // full: it stays as it was, or absent
+	}
+}
+
+// WriteRows first has the kernel stop using the rows it overwrites,
+// another binary's, evicted.
+func (q *quietFiles) WriteRows(first uint32, rows []unwind.Row) error {
+	q.mu.Lock()
+	end := first + uint32(len(rows))
+	for _, f := range q.files {
+		for offset, r := range f.rows {
+			if r.First < end && first < r.First+r.Rows {
+				q.setRows(f, offset, sampler.QuietRows{})
+			}
+		}
+	}
+	q.mu.Unlock()
+	return q.k.WriteRows(first, rows)
+}
+
+// SetUnwind lists the process and notes the rows of its mappings.
+func (q *quietFiles) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial bool) error {
+	if err := q.k.SetUnwind(pid, generation, ms, partial); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range ms {
+		if m.Rows > 0 { // anonymous memory has none, and shares the vDSO's zero key
+			q.setRows(q.file(m.File), m.Offset, sampler.QuietRows{BaseFromStart: m.Base - m.Start, First: m.First, Rows: m.Rows})
+		}
+	}
+	return nil
+}
+
+func (q *quietFiles) DeleteUnwind(pid uint32) error { return q.k.DeleteUnwind(pid) }
