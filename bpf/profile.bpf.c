@@ -75,8 +75,9 @@ struct {
 } known_procs SEC(".maps");
 
 // New-process notifications: a quiet one (quiet_files) waits for the
-// next drain, every few seconds; 256 KiB holds 1,000 of a python3 run's
-// listing, 16,000 unlisted ones. Half full, they wake the reader.
+// next drain, every few seconds; 256 KiB holds 230 listings of a python3
+// run (22 executable mappings, 1.1 KiB), 5,400 unlisted announcements.
+// Half full, they wake the reader.
 #define PROC_EVENTS_RING (256 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -531,17 +532,17 @@ static __always_inline void forget_lack(__u32 tgid, __u32 what)
 }
 
 // fill_python lists the process l announces in python_procs, its
-// interpreter found by listed mapping at; false if it cannot.
-static __always_inline bool fill_python(struct listed_proc *l, __u32 at)
+// interpreter found by listed mapping at (none: MAX_LISTED_MAPPINGS).
+static __always_inline void fill_python(struct listed_proc *l, __u32 at)
 {
 	if (at >= MAX_LISTED_MAPPINGS)
-		return false;
+		return;
 	struct listed_mapping *m = &l->mappings[at];
 	struct quiet_file_key k;
 	quiet_key(&k, m);
 	struct python_proc *tmpl = bpf_map_lookup_elem(&quiet_pythons, &k);
 	if (!tmpl)
-		return false; // taken back since
+		return; // taken back since
 	struct python_proc p = *tmpl;
 	p.generation = l->proc.generation;
 	p.runtime += m->start;
@@ -549,18 +550,19 @@ static __always_inline bool fill_python(struct listed_proc *l, __u32 at)
 	p.image_end += m->start;
 	__u32 tgid = l->proc.pid;
 	if (bpf_map_update_elem(&python_procs, &tgid, &p, BPF_ANY))
-		return false;
+		return; // full: its Python frames are read once user space lists it
 	forget_lack(tgid, LACKS_PYTHON);
-	return true;
 }
 
-// fill_tables lists the process l announces as user space would, with
-// what quiet_files and quiet_pythons give: in unwind_procs (unwind.Tables'
-// rule: not when only the vDSO has rows) and, a CPython process, in
-// python_procs. False, and nothing done, when a mapping is not in
-// quiet_files: then the process is not quiet; also when a table is full
-// (the kernel allocates entries as they come, and may fail a burst's).
-static __always_inline bool fill_tables(struct listed_proc *l)
+// fill_tables lists the process l announces in unwind_procs as user space
+// would, with the rows quiet_files gives (unwind.Tables' rule: not when
+// only the vDSO has rows), and sets python_at to the listed mapping its
+// interpreter is found by, if quiet_pythons knows one (else
+// MAX_LISTED_MAPPINGS). False, and nothing done, when a mapping is not in
+// quiet_files: then the process is not quiet; also when unwind_procs is
+// full (the kernel allocates entries as they come, and may fail a
+// burst's).
+static __always_inline bool fill_tables(struct listed_proc *l, __u32 *python_at)
 {
 	__u32 zero = 0;
 	struct tables_fill f = {.l = l, .u = bpf_map_lookup_elem(&unwind_proc_scratch, &zero)};
@@ -572,8 +574,7 @@ static __always_inline bool fill_tables(struct listed_proc *l)
 	bpf_loop(n, fill_tables_step, &f, 0);
 	if (f.unknown)
 		return false;
-	if (f.python && !fill_python(l, f.python_at))
-		return false;
+	*python_at = f.python ? f.python_at : MAX_LISTED_MAPPINGS;
 	if (!f.with_rows)
 		return true; // frame pointers
 	f.u->generation = l->proc.generation;
@@ -619,8 +620,10 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		bpf_iter_task_vma_destroy(&it);
 		l->cgroups = cgroups_key(task);
 		__u64 wake = BPF_RB_FORCE_WAKEUP;
-		if (l->complete && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) && fill_tables(l) &&
-		    bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
+		__u32 python_at = MAX_LISTED_MAPPINGS;
+		bool quiet = l->complete && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
+			     fill_tables(l, &python_at);
+		if (quiet && bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
 			wake = BPF_RB_NO_WAKEUP;
 			count(STAT_PROCS_QUIET);
 		}
@@ -630,6 +633,11 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		if (bpf_ringbuf_output(&proc_events, l,
 				       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
 			count(STAT_PROC_EVENTS_LOST);
+		// After the announcement: a Python sample's records (python_young)
+		// then come after it, and user space, which reads announcements
+		// before each of them, knows their process.
+		if (quiet)
+			fill_python(l, python_at);
 	}
 	bpf_map_delete_elem(map, key);
 	return 0;

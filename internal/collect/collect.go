@@ -212,7 +212,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 		c.jit(p.PID)
 	}
 	if np.Listed && !jvm {
-		c.quietFiles(np.Mappings, in)
+		c.tellQuiet(np.Mappings, in)
 	}
 }
 
@@ -233,10 +233,10 @@ func (c *Collector) learnCgroups(key uint64, cg proc.Cgroups) {
 	}
 }
 
-// quietFiles tells the kernel of the files of listing that are matched, a
+// tellQuiet tells the kernel of the files of listing that are matched, a
 // process that needed nothing more at once, or only its interpreter in
 // (nil: none), which it is told of first (SetQuiet).
-func (c *Collector) quietFiles(listing []sampler.ListedMapping, in *python.Interpreter) {
+func (c *Collector) tellQuiet(listing []sampler.ListedMapping, in *python.Interpreter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.quiet == nil {

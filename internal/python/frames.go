@@ -127,7 +127,7 @@ func (l *lazyMem) Close() error {
 // started at startTime: a file opened is that process's for good, and a
 // PID reused since names another.
 func openProcess(pid int, startTime uint64) (procMem, error) {
-	path := fmt.Sprintf("%s/%d/mem", procRoot, pid)
+	path := fmt.Sprintf("%s/%d/mem", proc.Root, pid)
 	m, err := openMem(path)
 	if err != nil {
 		return m, fmt.Errorf("read python process %d: %w", pid, &fs.PathError{Op: "open", Path: path, Err: err})
@@ -163,9 +163,6 @@ func (m procMem) ReadAt(b []byte, off int64) (int, error) {
 }
 
 func (m procMem) Close() error { return proc.CloseRaw(int(m)) }
-
-// procRoot is where /proc is; tests point it elsewhere.
-var procRoot = "/proc"
 
 // Close releases the process's memory; safe to call twice.
 func (p *Process) Close() error {

@@ -57,5 +57,5 @@ func pythonProc(generation uint32, in *python.Interpreter) profilePythonProc {
 // DeletePython stops reading process pid's Python frames. A process
 // without them is no error.
 func (s *Sampler) DeletePython(pid uint32) error {
-	return deleteProcess(s.objs.PythonProcs, pid, "python interpreter")
+	return deleteKey(s.objs.PythonProcs, pid, "python interpreter of process", pid)
 }

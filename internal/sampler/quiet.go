@@ -1,11 +1,9 @@
 package sampler
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 )
 
@@ -49,12 +47,11 @@ func (s *Sampler) SetQuietFile(f KernelFile, offset uint64, r QuietRows) error {
 // mapping; one not set is no error.
 func (s *Sampler) DeleteQuietFile(f KernelFile, offset uint64) error {
 	k := quietKey(f, offset)
-	for _, m := range []*ebpf.Map{s.objs.QuietPythons, s.objs.QuietFiles} {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete quiet file %d:%d at %#x: %w", f.Dev, f.Inode, offset, err)
-		}
+	whom := fmt.Sprintf("%d:%d at %#x", f.Dev, f.Inode, offset)
+	if err := deleteKey(s.objs.QuietPythons, &k, "quiet python interpreter", whom); err != nil {
+		return err
 	}
-	return nil
+	return deleteKey(s.objs.QuietFiles, &k, "quiet file", whom)
 }
 
 // SetQuietCgroups tells the program that user space knows the cgroups
@@ -69,10 +66,7 @@ func (s *Sampler) SetQuietCgroups(key uint64) error {
 
 // DeleteQuietCgroups undoes SetQuietCgroups; one not set is no error.
 func (s *Sampler) DeleteQuietCgroups(key uint64) error {
-	if err := s.objs.QuietCgroups.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete quiet cgroups %#x: %w", key, err)
-	}
-	return nil
+	return deleteKey(s.objs.QuietCgroups, key, "quiet cgroups", fmt.Sprintf("%#x", key))
 }
 
 func quietKey(f KernelFile, offset uint64) profileQuietFileKey {

@@ -388,7 +388,9 @@ func (s *Sampler) start() error {
 	s.onYoung = func(raw []byte) {
 		var ok bool
 		var pid, gen uint32
-		s.announced() // the record's process first
+		// Its process's announcement, committed before it, first: read
+		// here, not once a wake-up, so that one committed meanwhile is.
+		s.announced()
 		switch pythonRecord(raw) {
 		case profilePythonRecordPY_RECORD_STACK:
 			if pid, gen, frames, ok = decodePythonStack(raw, frames[:0]); ok && s.opts.OnYoungPython != nil {
@@ -510,9 +512,8 @@ type NewProc struct {
 	// Listed is set when the kernel listed every executable mapping of
 	// the process, in address order, in Mappings (Linux 6.18 and later,
 	// for a process first sampled in user code, or single-threaded):
-	// /proc/PID/maps need not
-	// be read for files already known. Mappings is valid only until
-	// OnNewProc returns.
+	// /proc/PID/maps need not be read for files already known. Mappings
+	// is valid only until OnNewProc returns.
 	Listed   bool
 	Mappings []ListedMapping
 	// Cgroups names the cgroups the process is in, in every hierarchy,

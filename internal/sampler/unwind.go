@@ -90,15 +90,15 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 // DeleteUnwind forgets process pid's unwind mappings; its stacks go back
 // to frame pointers. A process without them is no error.
 func (s *Sampler) DeleteUnwind(pid uint32) error {
-	return deleteProcess(s.objs.UnwindProcs, pid, "unwind mappings")
+	return deleteKey(s.objs.UnwindProcs, pid, "unwind mappings of process", pid)
 }
 
-// deleteProcess deletes process pid's entry of m, what it holds; one that
-// is not there is no error.
-func deleteProcess(m *ebpf.Map, pid uint32, what string) error {
-	err := m.Delete(pid)
+// deleteKey deletes key's entry of m, what of whom (the error's words); one
+// that is not there is no error.
+func deleteKey(m *ebpf.Map, key any, what string, whom any) error {
+	err := m.Delete(key)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete %s of process %d: %w", what, pid, err)
+		return fmt.Errorf("delete %s %v: %w", what, whom, err)
 	}
 	return nil
 }
