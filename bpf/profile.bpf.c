@@ -294,6 +294,7 @@ const struct sample_event *unused_sample_event __attribute__((unused));
 const struct new_proc *unused_new_proc __attribute__((unused));
 const struct listed_proc *unused_listed_proc __attribute__((unused));
 const enum listed_mapping_flags *unused_listed_mapping_flags __attribute__((unused));
+const enum listing_flags *unused_listing_flags __attribute__((unused));
 const enum sampler_stat *unused_sampler_stat __attribute__((unused));
 const struct unwind_proc *unused_unwind_proc __attribute__((unused));
 const enum cfa_kind *unused_cfa_kind __attribute__((unused));
@@ -603,15 +604,15 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		struct bpf_iter_task_vma it;
 		struct vm_area_struct *vma;
 		l->len = 0;
-		l->complete = bpf_iter_task_vma_new(&it, task, 0) == 0;
-		while (l->complete && (vma = bpf_iter_task_vma_next(&it))) {
+		l->flags = bpf_iter_task_vma_new(&it, task, 0) == 0 ? LISTING_COMPLETE : 0;
+		while (l->flags && (vma = bpf_iter_task_vma_next(&it))) {
 			if (!(BPF_CORE_READ(vma, vm_flags) & VM_EXEC))
 				continue;
 			// Counted in the map, not a register: the verifier then
 			// sees each turn alike, not one per count.
 			__u32 n = l->len;
 			if (n >= MAX_LISTED_MAPPINGS) {
-				l->complete = 0;
+				l->flags = 0;
 				break;
 			}
 			list_mapping(&l->mappings[n], vma, vdso);
@@ -621,8 +622,10 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		l->cgroups = cgroups_key(task);
 		__u64 wake = BPF_RB_FORCE_WAKEUP;
 		__u32 python_at = MAX_LISTED_MAPPINGS;
-		bool quiet = l->complete && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
+		bool quiet = l->flags && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
 			     fill_tables(l, &python_at);
+		if (quiet)
+			l->flags |= LISTING_TABLES_FILLED;
 		if (quiet && bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
 			wake = BPF_RB_NO_WAKEUP;
 			count(STAT_PROCS_QUIET);

@@ -90,11 +90,18 @@ struct listed_mapping {
 	__u32 pad;
 };
 
+enum listing_flags {
+	LISTING_COMPLETE = 1, // every executable mapping is listed
+	// The kernel listed the process in unwind_procs itself, from
+	// quiet_files (fill_tables).
+	LISTING_TABLES_FILLED = 2,
+};
+
 // A new_proc with its executable mappings: what proc_events carries when
 // the kernel could list them, cut after mappings[len].
 struct listed_proc {
 	struct new_proc proc;
-	__u32 complete; // 0: not listed, or more than MAX_LISTED_MAPPINGS
+	__u32 flags; // enum listing_flags; 0: not listed, or more than MAX_LISTED_MAPPINGS
 	__u32 len;
 	// Names the cgroups the process is in, in every hierarchy: the same
 	// for processes whose /proc/PID/cgroup is the same.
@@ -234,7 +241,9 @@ enum python_record {
 // space reads the rest from the process.
 #define PY_CODE_HEADER 256 // python.codeHeader
 #define PY_STR_MAX 512	   // a name's or file's str object, header included
-#define PY_TABLE_MAX 4096  // a line table's bytes object, header included
+// A line table's bytes object, header included: a python3 run's imports
+// have three past 4 KiB, the largest typing's module code at 5.7 KiB.
+#define PY_TABLE_MAX 8192
 #define PY_OBJECT_HEAD 48  // what every object's size is read from
 
 enum python_object_index {

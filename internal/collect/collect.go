@@ -193,7 +193,10 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	c.sym.Learn(p)
 	k := procKey{np.PID, np.Generation}
 	c.mu.Lock()
-	if c.unwinder != nil {
+	switch {
+	case c.unwinder != nil && c.quiet != nil:
+		c.quiet.learnFilled(np, func() { c.unwinder.Learn(p, k.generation) })
+	case c.unwinder != nil:
 		c.unwinder.Learn(p, k.generation)
 	}
 	c.procs[k] = &procEntry{p: p}

@@ -1,8 +1,12 @@
 package collect
 
 import (
+	"math"
 	"slices"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/python"
@@ -41,6 +45,20 @@ type quietFiles struct {
 	k     QuietKernel
 	mu    sync.Mutex
 	files map[proc.FileKey]*quietFile // the zero key is the vDSO's
+	// changed is when the kernel's list of files last changed, after
+	// boot; the tables it filled for a process started later are the
+	// ones the list gives now.
+	changed time.Duration
+	// filled is the process being learned whose tables the kernel
+	// filled (sampler.NewProc.TablesFilled): SetUnwind need not write
+	// them again.
+	filled filledProc
+}
+
+// filledProc is a process the kernel listed for the unwinder itself.
+type filledProc struct {
+	pid, generation uint32
+	started         time.Duration // after boot
 }
 
 // quietFile is a file known processes map: the offsets of its mappings the
@@ -82,9 +100,20 @@ func (q *quietFiles) add(file proc.FileKey, kernel sampler.KernelFile, offset ui
 		return
 	}
 	f.kernel = kernel
+	q.change()
 	if q.k.SetQuietFile(kernel, offset, f.rows[offset]) == nil {
 		f.told = append(f.told, offset)
 	}
+}
+
+// change notes that the kernel's list changes now. Callers hold mu.
+func (q *quietFiles) change() {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		q.changed = math.MaxInt64 // never: no tables filled are trusted
+		return
+	}
+	q.changed = max(q.changed, time.Duration(ts.Nano()))
 }
 
 // addPython tells the kernel of interpreter in, in file as the kernel
@@ -121,6 +150,7 @@ func (q *quietFiles) forget(file proc.FileKey) {
 	if f.python && !slices.Contains(told, f.pythonAt) {
 		told = append(told, f.pythonAt)
 	}
+	q.change()
 	for _, o := range told {
 		_ = q.k.DeleteQuietFile(f.kernel, o) // not there: nothing to undo
 	}
@@ -138,8 +168,15 @@ func (q *quietFiles) setRows(f *quietFile, offset uint64, r sampler.QuietRows) {
 	} else {
 		f.rows[offset] = r
 	}
-	if slices.Contains(f.told, offset) {
-		_ = q.k.SetQuietFile(f.kernel, offset, r) // full: it stays as it was, or absent
+	i := slices.Index(f.told, offset)
+	if i < 0 {
+		return
+	}
+	q.change()
+	if q.k.SetQuietFile(f.kernel, offset, r) != nil {
+		// Full: the rows it has are not these. Not quiet until told again.
+		_ = q.k.DeleteQuietFile(f.kernel, offset)
+		f.told = slices.Delete(f.told, i, i+1)
 	}
 }
 
@@ -159,10 +196,16 @@ func (q *quietFiles) WriteRows(first uint32, rows []unwind.Row) error {
 	return q.k.WriteRows(first, rows)
 }
 
-// SetUnwind lists the process and notes the rows of its mappings.
+// SetUnwind lists the process and notes the rows of its mappings; a
+// process the kernel listed alike already is not written again.
 func (q *quietFiles) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial bool) error {
-	if err := q.k.SetUnwind(pid, generation, ms, partial); err != nil {
-		return err
+	q.mu.Lock()
+	filled := q.filledAlike(pid, generation, ms, partial)
+	q.mu.Unlock()
+	if !filled {
+		if err := q.k.SetUnwind(pid, generation, ms, partial); err != nil {
+			return err
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -175,3 +218,40 @@ func (q *quietFiles) SetUnwind(pid, generation uint32, ms []unwind.Mapping, part
 }
 
 func (q *quietFiles) DeleteUnwind(pid uint32) error { return q.k.DeleteUnwind(pid) }
+
+// learnFilled runs learn, the unwinder learning np, a process whose
+// tables the kernel may have filled (np.TablesFilled).
+func (q *quietFiles) learnFilled(np sampler.NewProc, learn func()) {
+	q.mu.Lock()
+	if np.TablesFilled {
+		q.filled = filledProc{np.PID, np.Generation, np.Started}
+	}
+	q.mu.Unlock()
+	learn()
+	q.mu.Lock()
+	q.filled = filledProc{}
+	q.mu.Unlock()
+}
+
+// filledAlike reports whether the kernel filled the tables of process pid
+// as ms lists them: from the list as it is now, unchanged since the
+// process started (fill_tables ran after). Callers hold mu.
+func (q *quietFiles) filledAlike(pid, generation uint32, ms []unwind.Mapping, partial bool) bool {
+	if f := q.filled; partial || f.pid != pid || f.generation != generation || f.pid == 0 || q.changed >= f.started {
+		return false
+	}
+	for _, m := range ms {
+		f := q.files[m.File]
+		if f == nil || !slices.Contains(f.told, m.Offset) {
+			return false
+		}
+		var r sampler.QuietRows
+		if m.Rows > 0 {
+			r = sampler.QuietRows{BaseFromStart: m.Base - m.Start, First: m.First, Rows: m.Rows}
+		}
+		if f.rows[m.Offset] != r {
+			return false
+		}
+	}
+	return true
+}

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"testing"
+	"time"
 
 	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/python"
@@ -94,6 +95,38 @@ func TestQuietFiles(t *testing.T) {
 	}
 	if got, want := k.files[at], (sampler.QuietRows{BaseFromStart: 0x40, First: 100, Rows: 50}); got != want || len(k.listed[np.PID]) != 1 {
 		t.Errorf("rows told %+v, want %+v; process listed %+v", got, want, k.listed[np.PID])
+	}
+	// A process the kernel filled alike, after the list last changed, is
+	// not written again; one started before the change, or listed with
+	// other rows, is; so is any other once it is learned.
+	later := c.quiet.changed + time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		filled  bool
+		started time.Duration
+		rows    uint32
+		written bool
+	}{
+		{"filled alike", true, later, 50, false},
+		{"started before the list changed", true, c.quiet.changed, 50, true},
+		{"not filled", false, later, 50, true},
+		{"other rows", true, later, 60, true},
+	} {
+		other := m
+		other.Rows = tc.rows
+		np := sampler.NewProc{PID: 777, Generation: 2, TablesFilled: tc.filled, Started: tc.started}
+		c.quiet.learnFilled(np, func() {
+			if err := c.quiet.SetUnwind(777, 2, []unwind.Mapping{other}, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if _, written := k.listed[777]; written != tc.written {
+			t.Errorf("%s: written: %v, want %v", tc.name, written, tc.written)
+		}
+		delete(k.listed, 777)
+	}
+	if err := c.quiet.SetUnwind(777, 2, []unwind.Mapping{m}, false); err != nil || k.listed[777] == nil {
+		t.Errorf("a process listed after it was learned not written (%v)", err)
 	}
 	if err := c.quiet.WriteRows(140, make([]unwind.Row, 20)); err != nil {
 		t.Fatal(err)

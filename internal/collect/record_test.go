@@ -66,8 +66,17 @@ func requireRoot(t *testing.T) {
 var (
 	fixturesOnce sync.Once
 	fixtures     map[string]string
+	fixturesDir  string
 	fixturesErr  error
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixturesDir != "" {
+		os.RemoveAll(fixturesDir)
+	}
+	os.Exit(code)
+}
 
 // buildFixtures compiles every fixture variant once per test run.
 func buildFixtures(t *testing.T) map[string]string {
@@ -78,6 +87,7 @@ func buildFixtures(t *testing.T) map[string]string {
 			fixturesErr = err
 			return
 		}
+		fixturesDir = dir
 		src := "../../testdata/fixtures"
 		builds := map[string][]string{
 			"c-nopie":     {"gcc", "-O1", "-fno-omit-frame-pointer", "-no-pie", "-o", "OUT", src + "/spin.c"},

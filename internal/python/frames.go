@@ -219,11 +219,87 @@ type Object struct {
 }
 
 // RememberCopy reads the code object c copied, as Remember does, reading
-// from the process only what c lacks.
+// from the process only what c lacks. A code object of the heap copied
+// whole is looked up by what it holds first: a module imported from a
+// file has its code objects at other addresses in every process, alike in
+// all processes of one interpreter file, which read each once
+// (interpFile.shared).
 func (p *Process) RememberCopy(c *Copy) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lookup(c.Code, copied{c.Objects, p.mem})
+	mem := copied{c.Objects, p.mem}
+	_, static := p.interp.image(c.Code)
+	if static || p.interp.file == nil || p.codes[c.Code] != nil {
+		p.lookup(c.Code, mem)
+		return
+	}
+	buf := keys.Get().(*[]byte)
+	defer keys.Put(buf)
+	key, whole := p.content(c, (*buf)[:0])
+	*buf = key
+	if !whole {
+		p.lookup(c.Code, mem)
+		return
+	}
+	if shared := p.interp.file.sharedCode(key); shared != nil {
+		p.remember(c.Code, shared)
+		return
+	}
+	if read := p.lookup(c.Code, mem); read != unreadable {
+		p.interp.file.share(key, read)
+	}
+}
+
+// keys are buffers for content's keys.
+var keys = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// content appends to k what the code object c copied holds of what names
+// it, as a key: its first line and its name's, file's and line table's
+// data (not their headers: reference counts and cached hashes differ from
+// process to process); false unless c holds all of them whole. Callers
+// hold mu.
+func (p *Process) content(c *Copy, k []byte) ([]byte, bool) {
+	o := &p.interp.Offsets
+	if len(c.Objects) != 1+3 || len(c.Objects[0].Data) < codeHeader {
+		return nil, false
+	}
+	h := c.Objects[0].Data
+	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
+	if t := p.interp.CodeType; t != 0 && ptr(8) != t { // ob_type
+		return nil, false
+	}
+	name := o.CodeName
+	if o.CodeQualname != 0 {
+		name = o.CodeQualname
+	}
+	k = append(k, h[o.CodeFirstLine:o.CodeFirstLine+4]...)
+	for i, at := range [...]uint64{ptr(name), ptr(o.CodeFilename), ptr(o.CodeLineTable)} {
+		obj := c.Objects[1+i]
+		if obj.Addr != at || !obj.Whole {
+			return nil, false
+		}
+		var data []byte
+		if i < 2 {
+			l, err := strLayoutOf(obj.Data, o, maxFilename)
+			if err != nil || l.data+l.size > uint64(len(obj.Data)) {
+				return nil, false
+			}
+			data = obj.Data[l.data : l.data+l.size]
+			k = append(k, l.tag())
+		} else {
+			n := uint64(0)
+			if len(obj.Data) >= bytesData {
+				n = binary.LittleEndian.Uint64(obj.Data[bytesSize:])
+			}
+			if len(obj.Data) < bytesData || n > uint64(len(obj.Data)-bytesData) {
+				return nil, false
+			}
+			data = obj.Data[bytesData : bytesData+n]
+		}
+		k = binary.AppendUvarint(k, uint64(len(data)))
+		k = append(k, data...)
+	}
+	return k, true
 }
 
 // copied is a process's memory read from copies of its objects where they
@@ -283,11 +359,16 @@ func (p *Process) lookup(addr uint64, mem io.ReaderAt) *code {
 		p.interp.file.keep(link, c)
 		return c
 	}
+	p.remember(addr, c)
+	return c
+}
+
+// remember notes c as the code object at addr. Callers hold mu.
+func (p *Process) remember(addr uint64, c *code) {
 	if len(p.codes) >= maxCodes {
 		clear(p.codes)
 	}
 	p.codes[addr] = c
-	return c
 }
 
 var errNotCode = errors.New("not a code object")
@@ -369,36 +450,69 @@ const (
 	lengthOff   = 16 // ob_refcnt, ob_type, then the length
 )
 
-// str reads the str object at addr: a compact one, as code objects hold.
-// Callers hold mu.
-func (p *Process) str(mem io.ReaderAt, addr uint64, max int) (string, error) {
-	o := &p.interp.Offsets
-	h, err := p.readObject(mem, addr, 40)
-	if err != nil {
-		return "", err
+// strHead is how much of a str object strLayoutOf reads.
+const strHead = stateOffset + 4
+
+// strLayout is where a compact str object holds its characters: size
+// bytes from data, kind bytes each (1: Latin-1, or ASCII if ascii; 2:
+// UCS-2; 4: UCS-4).
+type strLayout struct {
+	data, size uint64
+	kind       int
+	ascii      bool
+}
+
+// tag tells apart strings of equal bytes and another kind.
+func (l strLayout) tag() byte {
+	if l.ascii {
+		return 0
+	}
+	return byte(l.kind)
+}
+
+// strLayoutOf reads the layout of the str object whose first strHead
+// bytes h holds: a compact one of at most max characters.
+func strLayoutOf(h []byte, o *Offsets, max int) (strLayout, error) {
+	if len(h) < strHead {
+		return strLayout{}, io.ErrUnexpectedEOF
 	}
 	n := binary.LittleEndian.Uint64(h[lengthOff:])
 	state := binary.LittleEndian.Uint32(h[stateOffset:])
 	kind, compact, ascii := int(state>>2&7), state>>5&1 != 0, state>>6&1 != 0
 	if !compact || n > uint64(max) || (kind != 1 && kind != 2 && kind != 4) {
-		return "", fmt.Errorf("str at %#x: not a compact string of at most %d characters", addr, max)
+		return strLayout{}, fmt.Errorf("not a compact string of at most %d characters", max)
 	}
-	data := uint64(o.CompactSize)
+	l := strLayout{data: uint64(o.CompactSize), size: n * uint64(kind), kind: kind, ascii: ascii}
 	if ascii {
-		data = uint64(o.ASCIISize)
+		l.data = uint64(o.ASCIISize)
 	}
-	b := h[min(data, uint64(len(h))):] // copied into the string below
-	if size := uint64(n) * uint64(kind); size <= uint64(len(b)) {
-		b = b[:size]
+	return l, nil
+}
+
+// str reads the str object at addr: a compact one, as code objects hold.
+// Callers hold mu.
+func (p *Process) str(mem io.ReaderAt, addr uint64, max int) (string, error) {
+	h, err := p.readObject(mem, addr, strHead)
+	if err != nil {
+		return "", err
+	}
+	l, err := strLayoutOf(h, &p.interp.Offsets, max)
+	if err != nil {
+		return "", fmt.Errorf("str at %#x: %w", addr, err)
+	}
+	b := h[min(l.data, uint64(len(h))):] // copied into the string below
+	if l.size <= uint64(len(b)) {
+		b = b[:l.size]
 	} else {
-		b = make([]byte, size)
-		if err := read(mem, b, addr+data); err != nil {
+		b = make([]byte, l.size)
+		if err := read(mem, b, addr+l.data); err != nil {
 			return "", err
 		}
 	}
-	switch kind {
+	n := l.size / uint64(l.kind)
+	switch l.kind {
 	case 1:
-		if ascii {
+		if l.ascii {
 			return string(b), nil
 		}
 		r := make([]rune, n)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -138,6 +139,68 @@ func TestRememberCopy(t *testing.T) {
 	p.RememberCopy(c)
 	if f := p.Frame(word(0x100, 1)); f != want {
 		t.Errorf("Frame of a closed process's whole copy = %+v, want %+v", f, want)
+	}
+}
+
+// TestRememberCopyShared names the code objects that processes of one
+// interpreter file copied whole alike once: the second process's copy,
+// whose strings differ in their headers only, reads nothing and names
+// its frames as the first; a copy of other content, or a partial one, is
+// read for itself.
+func TestRememberCopyShared(t *testing.T) {
+	o := versions[12]
+	file := &interpFile{minor: 12, offsets: o}
+	table := []byte{0x80 | locOneLine1<<3, 0, 0, 0x80 | locOneLine1<<3, 0, 0}
+	copyOf := func(img []byte, fileWhole bool) *Copy {
+		fileSize := int(o.ASCIISize) + len("/srv/app/server.py")
+		if !fileWhole {
+			fileSize = 48
+		}
+		return &Copy{Code: 0x100, Objects: []Object{
+			{Addr: 0x100, Data: img[0x100 : 0x100+codeHeader]},
+			{Addr: 0x400, Data: img[0x400 : 0x400+int(o.ASCIISize)+len("Server.handle")], Whole: true},
+			{Addr: 0x600, Data: img[0x600 : 0x600+fileSize], Whole: fileWhole},
+			{Addr: 0x800, Data: img[0x800 : 0x800+bytesData+len(table)], Whole: true},
+		}}
+	}
+	process := func(mem memory) *Process {
+		return &Process{interp: file.interpreter(0), mem: mem, codes: map[uint64]*code{}}
+	}
+
+	img := codeImage("Server.handle", "/srv/app/server.py", table)
+	mem := &countedMemory{memory: image{bytes.NewReader(img)}}
+	first := process(mem)
+	first.RememberCopy(copyOf(img, true))
+	want := first.Frame(word(0x100, 1))
+	if want.Function != "server.Server.handle" || want.Line != 12 || mem.reads != 0 {
+		t.Fatalf("Frame from a whole copy = %+v, after %d reads of the process", want, mem.reads)
+	}
+
+	// Another process: reference counts and cached hashes differ.
+	other := slices.Clone(img)
+	for _, at := range []int{0x400, 0x600, 0x800} {
+		other[at]++        // ob_refcnt
+		other[at+3*8] ^= 1 // a str's hash, a bytes object's
+	}
+	second := process(nil) // closed: nothing can be read
+	second.RememberCopy(copyOf(other, true))
+	if got := second.Frame(word(0x100, 1)); got != want || second.codes[0x100] != first.codes[0x100] {
+		t.Errorf("Frame from an alike copy = %+v (shared: %v), want %+v", got, second.codes[0x100] == first.codes[0x100], want)
+	}
+
+	// Another line table: read for itself.
+	changed := codeImage("Server.handle", "/srv/app/server.py", []byte{0x80 | locOneLine1<<3, 0, 0, 0x80 | locOneLine2<<3, 0, 0})
+	third := process(nil)
+	third.RememberCopy(copyOf(changed, true))
+	if got := third.Frame(word(0x100, 1)); got.Function != want.Function || got.Line != 13 {
+		t.Errorf("Frame from a copy of another line table = %+v, want line 13", got)
+	}
+
+	// A partial copy is read from its process, never shared.
+	fourth := process(nil)
+	fourth.RememberCopy(copyOf(other, false))
+	if got := fourth.Frame(word(0x100, 1)); got.Function != "[python: unreadable code]" {
+		t.Errorf("Frame from a partial copy of a closed process = %+v", got)
 	}
 }
 

@@ -83,6 +83,33 @@ type interpFile struct {
 	// their names and line tables never changed. Every import runs
 	// through them.
 	codes map[uint64]*code
+	// shared are code objects of the heap by what names them
+	// (Process.content): a module's imported from a .py or .pyc file,
+	// alike in every process that imports it.
+	shared map[string]*code
+}
+
+// maxShared bounds the heap code objects kept per interpreter file by
+// content; past it the cache starts over.
+const maxShared = 1 << 13
+
+// sharedCode returns the code object of content key; nil if none was
+// shared.
+func (b *interpFile) sharedCode(key []byte) *code {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.shared[string(key)]
+}
+
+// share records c, read from a process, as the code object of content
+// key.
+func (b *interpFile) share(key []byte, c *code) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.shared) >= maxShared || b.shared == nil {
+		b.shared = map[string]*code{}
+	}
+	b.shared[string(key)] = c
 }
 
 // maxStatic bounds the code objects kept per interpreter file; past it

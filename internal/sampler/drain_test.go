@@ -15,7 +15,7 @@ func TestDecodeNewProc(t *testing.T) {
 	raw = binary.NativeEndian.AppendUint64(raw, 123_456_789_012) // ns after boot
 	raw = binary.NativeEndian.AppendUint64(raw, 0x55d0c0a02000)  // start_code
 	raw = append(raw, "python3.11\x00\x00\x00\x00\x00\x00"...)
-	want := NewProc{PID: 4242, Generation: 7, Comm: "python3.11", StartTime: 12345, ExeText: 0x55d0c0a02000}
+	want := NewProc{PID: 4242, Generation: 7, Comm: "python3.11", StartTime: 12345, Started: 123_456_789_012, ExeText: 0x55d0c0a02000}
 	if p, ok := decodeNewProc(raw, nil); !ok || !reflect.DeepEqual(p, want) {
 		t.Errorf("decodeNewProc = %+v, %v; want %+v", p, ok, want)
 	}
@@ -33,8 +33,8 @@ func TestDecodeNewProc(t *testing.T) {
 		}
 		return b
 	}
-	listed := func(complete, n uint32) []byte {
-		b := binary.NativeEndian.AppendUint32(slices.Clone(raw), complete)
+	listed := func(flags profileListingFlags, n uint32) []byte {
+		b := binary.NativeEndian.AppendUint32(slices.Clone(raw), uint32(flags))
 		b = binary.NativeEndian.AppendUint32(b, n)
 		return binary.NativeEndian.AppendUint64(b, 0xc6) // cgroups
 	}
@@ -52,6 +52,12 @@ func TestDecodeNewProc(t *testing.T) {
 	}
 	if _, ok := decodeNewProc(two[:len(two)-1], nil); ok {
 		t.Error("a record shorter than its mappings decoded")
+	}
+	// Listed, its tables filled by the kernel.
+	filled := slices.Clone(two)
+	binary.NativeEndian.PutUint32(filled[len(raw):], uint32(profileListingFlagsLISTING_COMPLETE|profileListingFlagsLISTING_TABLES_FILLED))
+	if p, ok := decodeNewProc(filled, nil); !ok || !p.Listed || !p.TablesFilled || len(p.Mappings) != 2 {
+		t.Errorf("decodeNewProc of a listing filled = %+v, %v; want it listed, tables filled", p, ok)
 	}
 	if _, ok := decodeNewProc(listed(1, 65), nil); ok {
 		t.Error("a record of more mappings than the BPF program holds decoded")

@@ -40,7 +40,7 @@ const (
 type profileListedProc struct {
 	_        structs.HostLayout
 	Proc     profileNewProc
-	Complete uint32
+	Flags    uint32
 	Len      uint32
 	Cgroups  uint64
 	Mappings [64]struct {
@@ -69,6 +69,13 @@ type profileListingBytes struct {
 	_     structs.HostLayout
 	Bytes [3136]uint8
 }
+
+type profileListingFlags uint32
+
+const (
+	profileListingFlagsLISTING_COMPLETE      profileListingFlags = 1
+	profileListingFlagsLISTING_TABLES_FILLED profileListingFlags = 2
+)
 
 type profileNewProc struct {
 	_             structs.HostLayout
@@ -101,7 +108,7 @@ type profilePythonCode struct {
 	Header [256]uint8
 	Name   [512]uint8
 	File   [512]uint8
-	Table  [4096]uint8
+	Table  [8192]uint8
 }
 
 type profilePythonCodeKey struct {
@@ -345,6 +352,7 @@ const (
 	profileVarUnusedCfaKind            = "unused_cfa_kind"
 	profileVarUnusedListedMappingFlags = "unused_listed_mapping_flags"
 	profileVarUnusedListedProc         = "unused_listed_proc"
+	profileVarUnusedListingFlags       = "unused_listing_flags"
 	profileVarUnusedNewProc            = "unused_new_proc"
 	profileVarUnusedPythonCode         = "unused_python_code"
 	profileVarUnusedPythonFrameBits    = "unused_python_frame_bits"
@@ -454,6 +462,7 @@ type profileVariableSpecs struct {
 	UnusedCfaKind            *ebpf.VariableSpec `ebpf:"unused_cfa_kind"`
 	UnusedListedMappingFlags *ebpf.VariableSpec `ebpf:"unused_listed_mapping_flags"`
 	UnusedListedProc         *ebpf.VariableSpec `ebpf:"unused_listed_proc"`
+	UnusedListingFlags       *ebpf.VariableSpec `ebpf:"unused_listing_flags"`
 	UnusedNewProc            *ebpf.VariableSpec `ebpf:"unused_new_proc"`
 	UnusedPythonCode         *ebpf.VariableSpec `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits    *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
@@ -561,6 +570,7 @@ type profileVariables struct {
 	UnusedCfaKind            *ebpf.Variable `ebpf:"unused_cfa_kind"`
 	UnusedListedMappingFlags *ebpf.Variable `ebpf:"unused_listed_mapping_flags"`
 	UnusedListedProc         *ebpf.Variable `ebpf:"unused_listed_proc"`
+	UnusedListingFlags       *ebpf.Variable `ebpf:"unused_listing_flags"`
 	UnusedNewProc            *ebpf.Variable `ebpf:"unused_new_proc"`
 	UnusedPythonCode         *ebpf.Variable `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits    *ebpf.Variable `ebpf:"unused_python_frame_bits"`

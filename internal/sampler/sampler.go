@@ -520,6 +520,12 @@ type NewProc struct {
 	// when the kernel listed it: processes whose /proc/PID/cgroup is the
 	// same have the same; 0 when unknown.
 	Cgroups uint64
+	// TablesFilled is set when the kernel listed the process for its
+	// unwinder itself, with the rows SetQuietFile gave of each of its
+	// files at the time (a quiet announcement).
+	TablesFilled bool
+	// Started is when the process started, after boot (CLOCK_BOOTTIME).
+	Started time.Duration
 }
 
 // ListedMapping is an executable mapping as the kernel listed it.
@@ -555,9 +561,10 @@ func decodeNewProc(raw []byte, scratch []ListedMapping) (p NewProc, ok bool) {
 	p = NewProc{
 		PID:        binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Proc.Pid):]),
 		Generation: binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Proc.Generation):]),
-		StartTime:  binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartBoottime):]) / uint64(clockTick),
+		Started:    time.Duration(binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartBoottime):])),
 		ExeText:    binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartCode):]),
 	}
+	p.StartTime = uint64(p.Started / clockTick)
 	comm := raw[unsafe.Offsetof(ev.Proc.Comm):][:len(ev.Proc.Comm)]
 	if n := bytes.IndexByte(comm, 0); n >= 0 {
 		comm = comm[:n]
@@ -572,9 +579,11 @@ func decodeNewProc(raw []byte, scratch []ListedMapping) (p NewProc, ok bool) {
 	if n > len(ev.Mappings) || len(raw) < int(unsafe.Offsetof(ev.Mappings))+n*size {
 		return NewProc{}, false
 	}
-	if binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Complete):]) == 0 {
+	flags := profileListingFlags(binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Flags):]))
+	if flags&profileListingFlagsLISTING_COMPLETE == 0 {
 		return p, true // more mappings than the record holds, or none listed
 	}
+	p.TablesFilled = flags&profileListingFlagsLISTING_TABLES_FILLED != 0
 	for i := range n {
 		r := raw[int(unsafe.Offsetof(ev.Mappings))+i*size:]
 		flags := profileListedMappingFlags(binary.NativeEndian.Uint32(r[unsafe.Offsetof(ev.Mappings[0].Flags):]))

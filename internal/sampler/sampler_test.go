@@ -122,7 +122,8 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			want := NewProc{PID: self, Comm: stat.Comm, StartTime: stat.StartTime}
 			i := slices.IndexFunc(drainChan(announced), func(p NewProc) bool {
 				text := stat.Find(p.ExeText)
-				p.Generation, p.ExeText, p.Listed, p.Cgroups = 0, 0, false, 0
+				p.Generation, p.ExeText, p.Listed, p.Cgroups, p.TablesFilled = 0, 0, false, 0, false
+				p.Started = 0 // StartTime's, to the nanosecond
 				return reflect.DeepEqual(p, want) && text != nil && text.Path == stat.Exe
 			})
 			if i < 0 {
