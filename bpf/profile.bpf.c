@@ -195,7 +195,8 @@ struct {
 
 // Processes that ran code outside their listed mappings (a library loaded
 // after start), as struct new_proc: user space lists them again. At most one
-// per process until it does.
+// per process until it does. A record of pid 0 asks for a drain
+// (ask_drain).
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
@@ -222,10 +223,10 @@ struct {
 
 // Set when a sample read the Python frames of a CPython process past
 // PY_YOUNG_NS. Their code objects were not copied: user space reads them
-// from the process, which must still live, so it drains soon after this
-// is set (Sampler.PythonToRead), and clears it as it drains. Written only
-// while clear: samples on every CPU read it, and each write would take
-// its cache line from all of them.
+// from the process, which must still live, so the sample that sets it
+// asks for a drain (ask_drain), and user space clears it as it drains.
+// Written only while clear: samples on every CPU read it, and each write
+// would take its cache line from all of them.
 __u32 old_python_sampled = 0;
 
 // Code objects copied at most in one sample; the rest wait for the next
@@ -860,6 +861,17 @@ static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u
 	return r;
 }
 
+// ask_drain wakes user space to drain soon (Sampler.DrainSoon): a
+// stale_procs record of no process.
+static __always_inline void ask_drain(void)
+{
+	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
+	if (!e)
+		return; // full: its reader has records to wake for
+	__builtin_memset(e, 0, sizeof(*e));
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 // mark_stale asks user space, once, to list w's process's mappings again.
 static __always_inline void mark_stale(struct walk *w)
 {
@@ -1227,8 +1239,13 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 		     (__u64)(e->user_len + e->kernel_len) * sizeof(__u64);
 	if (size > sizeof(*e))
 		return;
-	// Never wake the reader: it drains every second without waiting.
-	if (bpf_ringbuf_output(&samples, e, size, BPF_RB_NO_WAKEUP) != 0)
+	// User space drains once a window: wake it only once the ring is half
+	// full (Sampler.DrainSoon).
+	__u64 wake = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >=
+				 bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2
+			 ? BPF_RB_FORCE_WAKEUP
+			 : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&samples, e, size, wake) != 0)
 		count(STAT_RINGBUF_FULL);
 }
 
@@ -1406,8 +1423,9 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 	if (!n || n > PY_MAX_FRAMES)
 		return;
 	if (bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS) {
-		if (!*(volatile __u32 *)&old_python_sampled)
-			old_python_sampled = 1;
+		if (!*(volatile __u32 *)&old_python_sampled &&
+		    __sync_val_compare_and_swap(&old_python_sampled, 0, 1) == 0)
+			ask_drain();
 		return;
 	}
 	python->pid = tgid;

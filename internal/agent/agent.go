@@ -116,22 +116,22 @@ func DefaultOptions() Options {
 	}
 }
 
-// The agent wakes every checkInterval but drains the samples from the
-// kernel only when a window ends, when the ring buffer is drainBacklog
-// full, and when a live profile starts or ends: the ring holds seconds of
-// samples, and draining every second cost the agent 22-27% more CPU
-// (docs/BENCHMARKS.md). It drains every second while it reads the Python
-// frames of some process, whose code objects must be read while it lives
-// (the sampler copies those of a CPython process under a second old as
-// it samples it, and hands over at once the frames of a sample whose
-// code objects it could not all copy, which may be gone in a second:
-// OnYoungPython), and while it
-// records off-CPU time (Options.OffCPU, or a live off-CPU profile), whose
-// map holds offCPUStacks: seconds of waits.
-const (
-	checkInterval = time.Second
-	drainBacklog  = 0.5
-)
+// The agent drains the samples from the kernel when a window ends, when
+// a live profile starts or ends, and when the kernel asks
+// (sampler.DrainSoon): the ring buffer is half full, or it sampled the
+// Python frames of a process past its first second, whose code objects
+// must be read while it lives (the sampler copies those of a CPython
+// process under a second old as it samples it, and hands over at once
+// the frames of a sample whose code objects it could not all copy, which
+// may be gone in a second: OnYoungPython). Asked, it drains at most once
+// every checkInterval: the ring holds seconds of samples, and draining
+// every second cost the agent 22-27% more CPU (docs/BENCHMARKS.md). It
+// wakes for nothing else between windows (a wake-up every second cost an
+// idle agent half its CPU on a VM in a bad hour, docs/BENCHMARKS.md), but
+// every checkInterval while it records off-CPU time (Options.OffCPU, or
+// a live off-CPU profile), whose map holds offCPUStacks: seconds of
+// waits.
+const checkInterval = time.Second
 
 // Agent is a running agent.
 type Agent struct {
@@ -152,6 +152,8 @@ type Agent struct {
 	window      []sampler.Sample
 	offWindow   []sampler.Sample // off-CPU time, with Options.OffCPU
 	windowStart time.Time
+	lastDrain   time.Time
+	drainDue    time.Time // a drain asked for (zero: none), not to come sooner than a second after the last
 	round       uint64
 	lastBPF     time.Duration
 	exam        *doctor.Examination // of the current window, if examined
@@ -354,11 +356,11 @@ func stacksPerWindow(freq int, window time.Duration) int {
 
 func (a *Agent) loop(ctx context.Context) {
 	defer close(a.loopDone)
-	tick := time.NewTicker(checkInterval)
-	defer tick.Stop()
 	liveEnds := time.NewTimer(time.Hour) // armed while live profiles run
 	liveEnds.Stop()
 	a.windowStart = time.Now()
+	check := time.NewTimer(a.nextCheck(a.windowStart))
+	defer check.Stop()
 	for {
 		select {
 		case r := <-a.liveNew:
@@ -395,16 +397,38 @@ func (a *Agent) loop(ctx context.Context) {
 			}
 			a.endLive()
 			return
-		case now := <-tick.C:
+		case <-a.sampler.DrainSoon():
+			now := time.Now()
+			if due := a.lastDrain.Add(checkInterval); now.Before(due) {
+				a.drainDue = due
+			} else {
+				a.drain(now)
+			}
+		case now := <-check.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
-			if windowDue || a.sampler.Backlog() >= drainBacklog || a.recordsOffCPU() || a.sampler.PythonToRead() {
+			if windowDue || a.recordsOffCPU() || !a.drainDue.IsZero() || a.sampler.PythonToRead() {
 				a.drain(now)
 			}
 			if windowDue {
 				a.flush(now)
 			}
 		}
+		check.Reset(a.nextCheck(time.Now()))
 	}
+}
+
+// nextCheck is how long the loop may sleep from now: until the window
+// ends, a drain asked for is due, or, while it records off-CPU time,
+// checkInterval.
+func (a *Agent) nextCheck(now time.Time) time.Duration {
+	next := a.windowStart.Add(a.o.Window)
+	if a.recordsOffCPU() && now.Add(checkInterval).Before(next) {
+		next = now.Add(checkInterval)
+	}
+	if !a.drainDue.IsZero() && a.drainDue.Before(next) {
+		next = a.drainDue
+	}
+	return max(next.Sub(now), 0)
 }
 
 // recordsOffCPU reports whether the off-CPU program is attached: always
@@ -415,6 +439,7 @@ func (a *Agent) recordsOffCPU() bool { return a.o.OffCPU != nil || a.offCPULive 
 // profiles, and off-CPU time into the current window (with
 // Options.OffCPU) and to live off-CPU profiles.
 func (a *Agent) drain(now time.Time) {
+	a.lastDrain, a.drainDue = now, time.Time{}
 	batch, err := a.sampler.Drain()
 	if err != nil {
 		a.o.Logf("drain samples: %v", err)

@@ -14,10 +14,11 @@ import (
 const drainBatch = 1024
 
 // Drain returns the samples taken since the last Drain, aggregated by
-// process image, thread and stacks. In ring buffer mode, call it before
-// Backlog passes one half: checked every second, the ring then has room
-// for 2 s more at ~512 bytes a sample.
+// process image, thread and stacks. In ring buffer mode, call it soon
+// after DrainSoon asks: the ring is then half full, with room for 2 s
+// more at ~512 bytes a sample.
 func (s *Sampler) Drain() ([]Sample, error) {
+	defer s.drains.Add(1)
 	// Cleared first: a sample that sets it again but is drained now only
 	// makes PythonToRead ask for one drain more. One that cannot be
 	// cleared asks for drains every second, which is all it costs.

@@ -107,10 +107,11 @@ func TestPythonCopies(t *testing.T) {
 	}
 }
 
-// TestPythonToRead samples the Python fixture: PythonToRead stays false
-// while the fixture is in its first second, whose samples bring copies of
-// their code objects, turns true once samples of an older process were
-// taken, and false again when none were since the last Drain.
+// TestPythonToRead samples the Python fixture: PythonToRead stays false,
+// and DrainSoon silent, while the fixture is in its first second, whose
+// samples bring copies of their code objects; once samples of an older
+// process were taken DrainSoon asks for a drain and PythonToRead is true,
+// and false again when none were since the last Drain.
 func TestPythonToRead(t *testing.T) {
 	requireBPF(t)
 	s, err := Start(Options{Frequency: 997})
@@ -128,16 +129,21 @@ func TestPythonToRead(t *testing.T) {
 		if s.PythonToRead() {
 			t.Error("PythonToRead: true in the fixture's first second, want false")
 		}
+		select {
+		case <-s.DrainSoon():
+			t.Error("DrainSoon in the fixture's first second")
+		default:
+		}
 	} else {
 		t.Logf("the fixture started in %v: too late to look at its first second", time.Since(started))
 	}
-	time.Sleep(time.Until(started.Add(1200 * time.Millisecond)))
-	deadline := time.Now().Add(5 * time.Second)
-	for !s.PythonToRead() {
-		if time.Now().After(deadline) {
-			t.Fatal("PythonToRead: false for 5 s of samples after the fixture's first second, want true")
-		}
-		time.Sleep(100 * time.Millisecond)
+	select {
+	case <-s.DrainSoon():
+	case <-time.After(time.Until(started.Add(6 * time.Second))):
+		t.Fatal("no DrainSoon for 5 s of samples after the fixture's first second")
+	}
+	if !s.PythonToRead() {
+		t.Error("PythonToRead: false when DrainSoon asked, want true")
 	}
 	s.Stop()
 	if _, err := s.Drain(); err != nil {

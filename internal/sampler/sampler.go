@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -171,6 +172,10 @@ type Sampler struct {
 	samples  *ring
 	wg       sync.WaitGroup
 
+	// drainSoon is DrainSoon's; drains counts the drains.
+	drainSoon chan struct{}
+	drains    atomic.Uint64
+
 	// onYoung handles a python_young record, onProc a proc_events one: in
 	// the reader a record woke, and in Drain.
 	onYoung, onProc func([]byte)
@@ -259,7 +264,7 @@ func Start(opts Options) (*Sampler, error) {
 		spec.Maps["unwind_procs"].MaxEntries = 1
 		spec.Maps["row_cache"].MaxEntries = 1
 	}
-	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}}
+	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}, drainSoon: make(chan struct{}, 1)}
 	if err := s.load(spec); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
 	}
@@ -378,7 +383,10 @@ func (s *Sampler) start() error {
 	}
 	go s.readRing(s.procs, s.onProc)
 	go s.readRing(s.stale, func(raw []byte) {
-		if p, ok := decodeNewProc(raw, nil); ok && s.opts.OnStale != nil {
+		switch p, ok := decodeNewProc(raw, nil); {
+		case ok && p.PID == 0: // ask_drain
+			s.askDrain()
+		case ok && s.opts.OnStale != nil:
 			s.announced()
 			s.opts.OnStale(p.PID, p.Generation)
 		}
@@ -407,6 +415,8 @@ func (s *Sampler) start() error {
 		if s.samples, err = openRing(s.objs.Samples); err != nil {
 			return fmt.Errorf("open sample ring buffer: %w", err)
 		}
+		s.wg.Add(1)
+		go s.waitHalfFull()
 	}
 	for _, tp := range []*ebpf.Program{s.objs.OnExec, s.objs.OnFork} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: tp})
@@ -705,14 +715,40 @@ func (s *Sampler) Close() error {
 	return s.objs.Close()
 }
 
-// Backlog is how full the sample ring buffer is, from 0 to 1, read from
-// its shared pages without a system call; 0 in aggregate mode, whose maps
-// are sized for a whole window.
-func (s *Sampler) Backlog() float64 {
-	if s.samples == nil {
-		return 0
+// DrainSoon receives when the kernel asks for a drain before the window
+// ends: the sample ring buffer is half full (in ring buffer mode; the
+// aggregate mode's maps are sized for a whole window), or the program
+// sampled Python code of a process past its first second
+// (PythonToRead). Nothing else wakes an agent that is idle between
+// windows.
+func (s *Sampler) DrainSoon() <-chan struct{} { return s.drainSoon }
+
+func (s *Sampler) askDrain() {
+	select {
+	case s.drainSoon <- struct{}{}:
+	default: // one asked already
 	}
-	return s.samples.backlog()
+}
+
+// halfFull is how full the sample ring buffer is when the program wakes
+// its reader.
+const halfFull = 0.5
+
+// waitHalfFull asks for a drain each time the program finds the sample
+// ring buffer half full, once between drains: until the next drain each
+// sample wakes it again.
+func (s *Sampler) waitHalfFull() {
+	defer s.wg.Done()
+	conn, err := s.samples.wait.SyscallConn()
+	if err != nil {
+		return
+	}
+	asked := ^uint64(0) // the drains counted when it last asked
+	ready := func(uintptr) bool { return s.samples.backlog() >= halfFull && s.drains.Load() != asked }
+	for conn.Read(ready) == nil {
+		asked = s.drains.Load()
+		s.askDrain()
+	}
 }
 
 // PythonToRead reports whether, since the last Drain, the program sampled

@@ -156,6 +156,63 @@ func spinningShells(t *testing.T, n int) []uint32 {
 	return pids
 }
 
+// TestSamplerDrainSoonHalfFull samples this process spinning 120 calls
+// deep (a ring record of a kilobyte: the ring fills in seconds) into the
+// ring buffer: DrainSoon asks for a drain once the ring is half full, not
+// before, and not again until a drain.
+func TestSamplerDrainSoonHalfFull(t *testing.T) {
+	requireBPF(t)
+	s, err := Start(Options{Frequency: 997, PID: os.Getpid(), Transfer: RingBuffer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go spinDeep(120, stop)
+	select {
+	case <-s.DrainSoon():
+		if b := s.samples.backlog(); b < halfFull {
+			t.Errorf("DrainSoon with the ring %.0f%% full, want half", 100*b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no DrainSoon in 30 s; the ring is %.0f%% full", 100*s.samples.backlog())
+	}
+	select {
+	case <-s.DrainSoon():
+		t.Error("DrainSoon again before a drain")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if b := s.samples.backlog(); b >= halfFull {
+		t.Errorf("ring %.0f%% full after a drain", 100*b)
+	}
+	select {
+	case <-s.DrainSoon():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no DrainSoon in 30 s after a drain")
+	}
+}
+
+// spinDeep spins depth calls deep until stop closes.
+//
+//go:noinline
+func spinDeep(depth int, stop chan struct{}) {
+	if depth > 0 {
+		spinDeep(depth-1, stop)
+		return
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+	}
+}
+
 // TestSamplerListsMappings checks that a process first sampled in user
 // code is announced with its executable mappings as /proc/PID/maps has
 // them, and with a key for its cgroups that another process in the same
