@@ -7,6 +7,12 @@
 #	sudo RUNS=120 CHURN=1 bench/agent-pair.sh A_BIN B_BIN  # 120 runs, one a second
 #	sudo CHURN_WITH=brief bench/agent-pair.sh A_BIN B_BIN  # testdata/fixtures/brief.c
 #
+# It also prints each agent's share of a core while the processes ran, idle
+# included: where the idle rate is large and moves (a VM whose wake-ups
+# are dear), an agent that wakes for the new processes anyway pays part of
+# it inside the runs, and the difference per process says less than the
+# share itself.
+#
 # Side by side, the two share the machine's hour: on a VM whose cost of
 # waking moves from hour to hour (bench/wake.c), builds run one after the
 # other differ by less than runs do. Each agent runs with the doctor off
@@ -52,7 +58,8 @@ awk -v runs="$runs" -v idle="$idle" -v t1="$t1" -v t2="$t2" \
 	-v b="${bins[1]}" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v sb1="$sb1" -v sb2="$sb2" '
 function row(name, c0, c1, c2, c3, s1, s2,   rate) {
 	rate = (c1 - c0 + c3 - c2) / (2 * idle)
-	printf "%s: %.3f ms a new process (%d started); idle %.3f%% of a core (%.3f before, %.3f after); %.1f switches a process\n",
-		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, runs, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100, (s2 - s1) / runs
+	printf "%s: %.3f ms a new process (%d started); idle %.3f%% of a core (%.3f before, %.3f after); %.3f%% of a core during the runs; %.1f switches a process\n",
+		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, runs, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100,
+		(c2 - c1) / (t2 - t1) * 100, (s2 - s1) / runs
 }
 BEGIN { row(a, a0, a1, a2, a3, sa1, sa2); row(b, b0, b1, b2, b3, sb1, sb2) }'

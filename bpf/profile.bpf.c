@@ -604,6 +604,7 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		__u64 vdso = (__u64)BPF_CORE_READ(task, mm, context.vdso);
 		struct bpf_iter_task_vma it;
 		struct vm_area_struct *vma;
+		__u32 relisted = l->flags & LISTING_RELISTED;
 		l->len = 0;
 		l->flags = bpf_iter_task_vma_new(&it, task, 0) == 0 ? LISTING_COMPLETE : 0;
 		while (l->flags && (vma = bpf_iter_task_vma_next(&it))) {
@@ -625,6 +626,7 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 		__u32 python_at = MAX_LISTED_MAPPINGS;
 		bool quiet = l->flags && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
 			     fill_tables(l, &python_at);
+		l->flags |= relisted;
 		if (quiet)
 			l->flags |= LISTING_TABLES_FILLED;
 		if (quiet && bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
@@ -648,19 +650,23 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 }
 
 // announce_listed has the current process announce itself with its
-// mappings as it returns to user code; false when it cannot.
-static __always_inline bool announce_listed(__u32 tgid, __u32 generation)
+// mappings as it returns to user code; false when it cannot. relisted:
+// announced before (LISTING_RELISTED), and not while a listing of it is
+// pending, which lists what it has then; the first announcement replaces
+// a listing left by an earlier process of the PID.
+static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted)
 {
 	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
 		return false;
 	__u32 zero = 0;
 	struct listing_bytes *blank = bpf_map_lookup_elem(&blank_listing, &zero);
-	if (!blank || bpf_map_update_elem(&listings, &tgid, blank, BPF_ANY))
+	if (!blank || bpf_map_update_elem(&listings, &tgid, blank, relisted ? BPF_NOEXIST : BPF_ANY))
 		return false;
 	struct listing *l = bpf_map_lookup_elem(&listings, &tgid);
 	if (!l)
 		return false;
 	new_proc_of(&l->proc.proc, tgid, generation);
+	l->proc.flags = relisted ? LISTING_RELISTED : 0;
 	if (bpf_task_work_schedule_resume_impl(bpf_get_current_task_btf(), &l->work, &listings, list_mappings, NULL)) {
 		bpf_map_delete_elem(&listings, &tgid);
 		return false;
@@ -695,7 +701,7 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 		known = bpf_map_lookup_elem(&known_procs, &tgid);
 		return known ? *known : k;
 	}
-	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation))
+	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation, false))
 		return k;
 	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
@@ -781,6 +787,7 @@ struct walk {
 	bool exact; // ip is where the code was, not a return address
 	bool complete;
 	bool fault;
+	bool stale; // the leaf is outside the listed mappings
 };
 
 static __always_inline bool read_user(__u64 *dst, __u64 addr)
@@ -872,13 +879,18 @@ static __always_inline void ask_drain(void)
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
-// mark_stale asks user space, once, to list w's process's mappings again.
-static __always_inline void mark_stale(struct walk *w)
+// mark_stale has w's process's mappings listed again, once: by the
+// process itself as it returns to user code (announce_listed), as a new
+// process is, when the walk began there (in_user) or the process has one
+// thread; else by user space, told in stale_procs.
+static __always_inline void mark_stale(struct walk *w, bool in_user)
 {
 	if (w->proc->stale)
 		return;
 	w->proc->stale = 1;
 	count(STAT_UNWIND_STALE);
+	if ((in_user || single_threaded()) && announce_listed(w->tgid, w->generation, true))
+		return;
 	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
 	if (!e)
 		return; // the flag stays set: user space finds it when it next lists
@@ -905,7 +917,7 @@ static long walk_step(__u64 i, void *arg)
 	struct unwind_row *r = NULL;
 	if (!m) {
 		if (n == 0) // the leaf is always real code, unlike a bad caller
-			mark_stale(w);
+			w->stale = true;
 	} else if (m->rows) {
 		r = find_row(m, pc, w->exact);
 	}
@@ -1003,6 +1015,8 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 	}
 	count(STAT_UNWIND_WALKS);
 	bpf_loop(MAX_STACK_DEPTH, walk_step, &w, 0);
+	if (w.stale)
+		mark_stale(&w, in_user);
 	if (w.complete)
 		count(STAT_UNWIND_COMPLETE);
 	if (w.fault)

@@ -95,6 +95,9 @@ enum listing_flags {
 	// The kernel listed the process in unwind_procs itself, from
 	// quiet_files (fill_tables).
 	LISTING_TABLES_FILLED = 2,
+	// A process announced before, listed again: it ran code outside its
+	// listed mappings (mark_stale), a library loaded since.
+	LISTING_RELISTED = 4,
 };
 
 // A new_proc with its executable mappings: what proc_events carries when

@@ -133,6 +133,10 @@ func (c *Collector) NewProc(pid, generation uint32) {
 // /proc/PID/cgroup: a process of files and cgroups seen before is named
 // without reading /proc at all.
 func (c *Collector) Announced(np sampler.NewProc) {
+	if np.Relisted {
+		c.relisted(np)
+		return
+	}
 	known := proc.Known{Comm: np.Comm, StartTime: np.StartTime, ExeText: np.ExeText}
 	c.mu.Lock()
 	if np.Listed && len(c.procs) < maxProcs {
@@ -193,12 +197,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	c.sym.Learn(p)
 	k := procKey{np.PID, np.Generation}
 	c.mu.Lock()
-	switch {
-	case c.unwinder != nil && c.quiet != nil:
-		c.quiet.learnFilled(np, func() { c.unwinder.Learn(p, k.generation) })
-	case c.unwinder != nil:
-		c.unwinder.Learn(p, k.generation)
-	}
+	c.learnTables(p, k.generation, np)
 	c.procs[k] = &procEntry{p: p}
 	c.countFiles(p.Mappings, 1)
 	if np.Listed {
@@ -289,6 +288,43 @@ func (c *Collector) Refresh(pid, generation uint32) {
 	}
 }
 
+// relisted is Refresh for a process the kernel listed again: its files
+// named from the listing when all are known, which spares reading
+// /proc, else read from /proc and matched to the listing, for the
+// processes after it.
+func (c *Collector) relisted(np sampler.NewProc) {
+	k := procKey{np.PID, np.Generation}
+	c.mu.Lock()
+	e := c.procs[k]
+	var named []proc.Mapping
+	if e != nil && np.Listed {
+		named = c.named(np.Mappings)
+	}
+	c.mu.Unlock()
+	if e == nil {
+		return // not learned: nothing to refresh
+	}
+	p := e.p
+	if named == nil {
+		if p = c.reread(k, p); p == nil {
+			return
+		}
+		if np.Listed {
+			c.mu.Lock()
+			c.matchListed(np.Mappings, p)
+			c.mu.Unlock()
+		}
+	} else {
+		next := *p
+		next.Mappings = named
+		c.sym.Learn(&next)
+		p = c.replace(k, p, &next, np)
+	}
+	if p != nil && np.Listed && !isJVM(p) {
+		c.tellQuiet(np.Mappings, nil)
+	}
+}
+
 // reread replaces the snapshot p of process image k by one with the
 // process's current mappings and returns it; nil when the process is gone.
 // Profiles being built keep the snapshot they hold.
@@ -302,6 +338,13 @@ func (c *Collector) reread(k procKey, p *proc.Process) *proc.Process {
 	// names its map only once there is some.
 	next := *p
 	next.Mappings, next.NSPID = fresh.Mappings, fresh.NSPID
+	return c.replace(k, p, &next, sampler.NewProc{})
+}
+
+// replace makes next the snapshot of process image k in place of p, and
+// returns it; the one there if p was replaced already, nil if k is
+// forgotten. np is what the kernel said of next (its tables filled).
+func (c *Collector) replace(k procKey, p, next *proc.Process, np sampler.NewProc) *proc.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.procs[k]
@@ -311,13 +354,22 @@ func (c *Collector) reread(k procKey, p *proc.Process) *proc.Process {
 	if e.p != p {
 		return e.p // read again already
 	}
-	if c.unwinder != nil {
-		c.unwinder.Learn(&next, k.generation)
-	}
+	c.learnTables(next, k.generation, np)
 	c.countFiles(p.Mappings, -1)
 	c.countFiles(next.Mappings, 1)
-	e.p = &next
-	return &next
+	e.p = next
+	return next
+}
+
+// learnTables hands the unwinder process image p, of which the kernel said
+// np. Callers hold mu.
+func (c *Collector) learnTables(p *proc.Process, generation uint32, np sampler.NewProc) {
+	switch {
+	case c.unwinder != nil && c.quiet != nil:
+		c.quiet.learnFilled(np, func() { c.unwinder.Learn(p, generation) })
+	case c.unwinder != nil:
+		c.unwinder.Learn(p, generation)
+	}
 }
 
 // countFiles adds delta to the mappings counted per file; adding, it makes

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -303,6 +304,48 @@ func listingOf(p *proc.Process) []sampler.ListedMapping {
 		ls = append(ls, l)
 	}
 	return ls
+}
+
+// TestAnnouncedRelisted checks that a process the kernel listed again
+// (a library loaded since) is named from the new listing when its files
+// are known, without reading /proc: a mapping only the listing has is
+// there; from /proc when one is not; and that a process never learned is
+// not learned from a listing again.
+func TestAnnouncedRelisted(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	child, read := startAsleep(t)
+	pid := uint32(child.Process.Pid)
+	listing := listingOf(read)
+	c.Announced(sampler.NewProc{PID: pid, Generation: 1, Comm: "sleep", StartTime: read.StartTime, ExeText: listing[0].Start, Listed: true, Mappings: listing})
+	relist := func(extra sampler.ListedMapping) *proc.Process {
+		t.Helper()
+		again := append(slices.Clone(listing), extra)
+		slices.SortFunc(again, func(a, b sampler.ListedMapping) int { return cmp.Compare(a.Start, b.Start) })
+		c.Announced(sampler.NewProc{PID: pid, Generation: 1, Relisted: true, Listed: true, Mappings: again})
+		return c.entry(procKey{pid, 1})
+	}
+
+	// The executable's text mapped once more, far off: a known file.
+	exe := read.Find(listing[0].Start)
+	far := listing[0]
+	far.Start, far.End = far.Start+1<<40, far.End+1<<40
+	if m := relist(far).Find(far.Start); m == nil || m.Path != exe.Path || m.Inode != exe.Inode {
+		t.Errorf("mapping of a known file listed again: %+v, want one of %s", m, exe.Path)
+	}
+	// A file never seen: read from /proc, which has no such mapping.
+	unknown := far
+	unknown.Start, unknown.End, unknown.File = far.Start+1<<30, far.End+1<<30, sampler.KernelFile{Inode: 1 << 50, Dev: 9, Generation: 1}
+	if p := relist(unknown); p == nil || !slices.Equal(p.Mappings, read.Mappings) {
+		t.Errorf("listed again with an unknown file: %+v, want /proc's %+v", p, read.Mappings)
+	}
+	// Never learned: nothing.
+	before := c.Processes()
+	c.Announced(sampler.NewProc{PID: 1 << 22, Generation: 1, Relisted: true, Listed: true, Mappings: listing})
+	if c.Processes() != before || c.entry(procKey{1 << 22, 1}) != nil {
+		t.Error("a process never learned was learned from a listing again")
+	}
 }
 
 // TestAnnouncedListed checks that a process the kernel listed is named as

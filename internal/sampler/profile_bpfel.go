@@ -75,6 +75,7 @@ type profileListingFlags uint32
 const (
 	profileListingFlagsLISTING_COMPLETE      profileListingFlags = 1
 	profileListingFlagsLISTING_TABLES_FILLED profileListingFlags = 2
+	profileListingFlagsLISTING_RELISTED      profileListingFlags = 4
 )
 
 type profileNewProc struct {

@@ -85,7 +85,8 @@ type Options struct {
 	// OnStale is called, from a goroutine of the sampler, when a process
 	// with unwind mappings (SetUnwind) ran code outside them: it loaded a
 	// library since. It is called once until SetUnwind lists the process
-	// again.
+	// again; not when the process could list itself again, which
+	// OnNewProc then hands over (NewProc.Relisted).
 	OnStale func(pid, generation uint32)
 	// OnYoungPython is called, from a goroutine of the sampler, with the
 	// Python frames (frame words, see package python) of a sample of a
@@ -534,6 +535,11 @@ type NewProc struct {
 	// unwinder itself, with the rows SetQuietFile gave of each of its
 	// files at the time (a quiet announcement).
 	TablesFilled bool
+	// Relisted is set when the process was announced before, and ran code
+	// outside the mappings the unwinder was given (a library loaded
+	// since): its mappings as they are now, listed or else to be read
+	// from /proc, as OnStale would.
+	Relisted bool
 	// Started is when the process started, after boot (CLOCK_BOOTTIME).
 	Started time.Duration
 }
@@ -590,6 +596,7 @@ func decodeNewProc(raw []byte, scratch []ListedMapping) (p NewProc, ok bool) {
 		return NewProc{}, false
 	}
 	flags := profileListingFlags(binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Flags):]))
+	p.Relisted = flags&profileListingFlagsLISTING_RELISTED != 0
 	if flags&profileListingFlagsLISTING_COMPLETE == 0 {
 		return p, true // more mappings than the record holds, or none listed
 	}

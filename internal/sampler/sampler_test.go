@@ -14,6 +14,7 @@ import (
 
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/proc"
+	"github.com/flint-dev/flint/internal/unwind"
 )
 
 // execChildEnv makes the test binary a fixture that spins, then execs a
@@ -210,6 +211,62 @@ func spinDeep(depth int, stop chan struct{}) {
 			return
 		default:
 		}
+	}
+}
+
+// TestSamplerRelistsStale samples a spinning shell whose unwind mappings
+// leave out its executable, where it spins, as if it had loaded that
+// since it was listed: it lists itself again (NewProc.Relisted), with the
+// executable, and OnStale is not called.
+func TestSamplerRelistsStale(t *testing.T) {
+	requireBPF(t)
+	requireTaskWorks(t)
+	pid := spinningShells(t, 1)[0]
+	time.Sleep(100 * time.Millisecond) // exec'd, spinning
+	announced := make(chan NewProc, 16)
+	stale := make(chan uint32, 16)
+	s, err := Start(Options{Frequency: 997, PID: int(pid), UnwindRows: 1024,
+		OnNewProc: func(p NewProc) {
+			p.Mappings = slices.Clone(p.Mappings)
+			announced <- p
+		},
+		OnStale: func(pid, _ uint32) { stale <- pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var first NewProc
+	select {
+	case first = <-announced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the spinning shell was not announced")
+	}
+	if !first.Listed {
+		t.Skipf("the spinning shell was announced unlisted: %+v", first)
+	}
+	exe := slices.IndexFunc(first.Mappings, func(m ListedMapping) bool { return m.Start <= first.ExeText && first.ExeText < m.End })
+	if exe < 0 {
+		t.Fatalf("no listed mapping holds the executable's text at %#x: %+v", first.ExeText, first.Mappings)
+	}
+	var ms []unwind.Mapping
+	for i, m := range first.Mappings {
+		if i != exe {
+			ms = append(ms, unwind.Mapping{Start: m.Start, End: m.End})
+		}
+	}
+	if err := s.SetUnwind(pid, first.Generation, ms, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-announced:
+		if !p.Relisted || !p.Listed || p.PID != pid || p.Generation != first.Generation ||
+			!slices.ContainsFunc(p.Mappings, func(m ListedMapping) bool { return m.Start == first.Mappings[exe].Start }) {
+			t.Errorf("announced %+v, want process %d (generation %d) listed again with its executable", p, pid, first.Generation)
+		}
+	case pid := <-stale:
+		t.Errorf("process %d stale, want it listed again", pid)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the shell spinning outside its unwind mappings was not listed again")
 	}
 }
 
