@@ -223,11 +223,14 @@ struct {
 
 // Set when a sample read the Python frames of a CPython process past
 // PY_YOUNG_NS. Their code objects were not copied: user space reads them
-// from the process, which must still live, so the sample that sets it
-// asks for a drain (ask_drain), and user space clears it as it drains.
-// Written only while clear: samples on every CPU read it, and each write
-// would take its cache line from all of them.
+// from the process, which must still live, and clears this as it drains.
+// It looks at it a second after each drain, drained_at (CLOCK_MONOTONIC):
+// the sample that sets it later than PY_ASK_AFTER_NS after a drain asks
+// for one (ask_drain). Written only while clear: samples on every CPU
+// read it, and each write would take its cache line from all of them.
 __u32 old_python_sampled = 0;
+__u64 drained_at = 0;
+#define PY_ASK_AFTER_NS (900 * 1000 * 1000ULL)
 
 // Code objects copied at most in one sample; the rest wait for the next
 // sample, or user space reads them.
@@ -1438,7 +1441,8 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 		return;
 	if (bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS) {
 		if (!*(volatile __u32 *)&old_python_sampled &&
-		    __sync_val_compare_and_swap(&old_python_sampled, 0, 1) == 0)
+		    __sync_val_compare_and_swap(&old_python_sampled, 0, 1) == 0 &&
+		    bpf_ktime_get_ns() - *(volatile __u64 *)&drained_at >= PY_ASK_AFTER_NS)
 			ask_drain();
 		return;
 	}

@@ -154,6 +154,7 @@ type Agent struct {
 	windowStart time.Time
 	lastDrain   time.Time
 	drainDue    time.Time // a drain asked for (zero: none), not to come sooner than a second after the last
+	pythonCheck time.Time // a second after the last drain: the sampler asks for none sooner (zero: looked)
 	round       uint64
 	lastBPF     time.Duration
 	exam        *doctor.Examination // of the current window, if examined
@@ -406,6 +407,9 @@ func (a *Agent) loop(ctx context.Context) {
 			}
 		case now := <-check.C:
 			windowDue := now.Sub(a.windowStart) >= a.o.Window
+			if !now.Before(a.pythonCheck) {
+				a.pythonCheck = time.Time{}
+			}
 			if windowDue || a.recordsOffCPU() || !a.drainDue.IsZero() || a.sampler.PythonToRead() {
 				a.drain(now)
 			}
@@ -418,15 +422,18 @@ func (a *Agent) loop(ctx context.Context) {
 }
 
 // nextCheck is how long the loop may sleep from now: until the window
-// ends, a drain asked for is due, or, while it records off-CPU time,
-// checkInterval.
+// ends, a drain asked for is due, a second after the last drain (Python
+// sampled in that second asks for no drain: sampler.DrainSoon), or,
+// while it records off-CPU time, checkInterval.
 func (a *Agent) nextCheck(now time.Time) time.Duration {
 	next := a.windowStart.Add(a.o.Window)
 	if a.recordsOffCPU() && now.Add(checkInterval).Before(next) {
 		next = now.Add(checkInterval)
 	}
-	if !a.drainDue.IsZero() && a.drainDue.Before(next) {
-		next = a.drainDue
+	for _, t := range []time.Time{a.drainDue, a.pythonCheck} {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
 	}
 	return max(next.Sub(now), 0)
 }
@@ -439,7 +446,9 @@ func (a *Agent) recordsOffCPU() bool { return a.o.OffCPU != nil || a.offCPULive 
 // profiles, and off-CPU time into the current window (with
 // Options.OffCPU) and to live off-CPU profiles.
 func (a *Agent) drain(now time.Time) {
-	a.lastDrain, a.drainDue = now, time.Time{}
+	// From the clock's now, not the caller's: the sampler asks for no
+	// drain 0.9 s from its own reading, which follows.
+	a.lastDrain, a.drainDue, a.pythonCheck = now, time.Time{}, time.Now().Add(checkInterval)
 	batch, err := a.sampler.Drain()
 	if err != nil {
 		a.o.Logf("drain samples: %v", err)

@@ -5,6 +5,7 @@ package collect
 
 import (
 	"encoding/binary"
+	"errors"
 	"reflect"
 	"slices"
 	"strconv"
@@ -213,7 +214,9 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	if c.jit != nil && jvm {
 		c.jit(p.PID)
 	}
-	if np.Listed && !jvm {
+	// Not a CPython process whose interpreter is unknown: its files would
+	// make the next ones quiet, their Python frames unread.
+	if np.Listed && !jvm && !errors.Is(err, python.ErrUnread) {
 		c.tellQuiet(np.Mappings, in)
 	}
 }
@@ -320,8 +323,11 @@ func (c *Collector) relisted(np sampler.NewProc) {
 		c.sym.Learn(&next)
 		p = c.replace(k, p, &next, np)
 	}
-	if p != nil && np.Listed && !isJVM(p) {
-		c.tellQuiet(np.Mappings, nil)
+	if p == nil || !np.Listed || isJVM(p) {
+		return
+	}
+	if in, err := c.pyFinder.Find(p); !errors.Is(err, python.ErrUnread) {
+		c.tellQuiet(np.Mappings, in) // as learn: the interpreter first
 	}
 }
 

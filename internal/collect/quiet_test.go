@@ -161,6 +161,20 @@ func TestQuietFiles(t *testing.T) {
 		c.drop(procKey{pid, 1})
 		c.mu.Unlock()
 	}
+	// A process whose interpreter is unknown, its file unread (the
+	// process gone): its files are not told of, or the processes after it
+	// would be quiet and their Python frames unread.
+	c.SetPython(nopPython{})
+	gone := &proc.Process{PID: 1 << 22, Mappings: []proc.Mapping{{Start: 0x10000, End: 0x20000, Dev: 5, Inode: 77, Path: "/opt/gone/bin/python3.11"}}}
+	l := sampler.ListedMapping{Start: 0x10000, End: 0x20000, File: sampler.KernelFile{Inode: 77, Dev: 9, Generation: 1}}
+	c.learn(sampler.NewProc{PID: 1 << 22, Generation: 1, Listed: true, Mappings: []sampler.ListedMapping{l}},
+		func() (*proc.Process, error) { return gone, nil })
+	if _, told := k.files[quietFileAt{l.File, 0}]; told {
+		t.Error("the files of a process whose interpreter could not be read were told of")
+	}
+	c.mu.Lock()
+	c.drop(procKey{1 << 22, 1})
+	c.mu.Unlock()
 	sleeper.Process.Kill()
 	sleeper.Wait()
 	for round := uint64(1); round <= forgetRounds; round++ {

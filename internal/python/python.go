@@ -40,6 +40,10 @@ func FileVersion(path string) string {
 // ErrVersion is returned for a CPython version flint has no offsets for.
 var ErrVersion = errors.New("CPython version not supported (3.9-3.13 are, without free threading)")
 
+// ErrUnread is returned for a process whose interpreter is unknown: a file
+// of it that may hold one could not be read (the process gone, say).
+var ErrUnread = errors.New("a file that may hold a CPython interpreter could not be read")
+
 // Interpreter is a CPython interpreter in one process.
 type Interpreter struct {
 	Minor   int    // the interpreter is CPython 3.Minor
@@ -227,10 +231,12 @@ func NewFinder(sym Symbols) *Finder {
 
 // Find returns the CPython interpreter of p: the mapped file whose name
 // says CPython that defines _PyRuntime (the executable, or libpython when
-// built shared). It returns nil, nil for a process without one, and
-// ErrVersion for one of another version. A file that cannot be read is
-// looked at again in the next process that maps it.
+// built shared). It returns nil, nil for a process without one,
+// ErrVersion for one of another version, and ErrUnread when a file that
+// may hold one cannot be read: it is looked at again in the next process
+// that maps it.
 func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
+	var err error
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
 		if m.Inode == 0 || !strings.Contains(m.Path, "python") {
@@ -245,6 +251,7 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 		if known == nil {
 			looked, ok := f.look(m)
 			if !ok {
+				err = ErrUnread
 				continue
 			}
 			f.mu.Lock()
@@ -271,7 +278,7 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 			return in, nil
 		}
 	}
-	return nil, nil
+	return nil, err
 }
 
 // look tells what m's file is; false when it cannot be read now.

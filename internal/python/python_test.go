@@ -1,6 +1,7 @@
 package python
 
 import (
+	"debug/elf"
 	"errors"
 	"testing"
 
@@ -73,6 +74,38 @@ func (c *countedSymbols) Symbol(m *proc.Mapping, name string) (uint64, bool) {
 func (c *countedSymbols) Layout(m *proc.Mapping) (symbol.Layout, bool) {
 	c.calls++
 	return c.Symbols.Layout(m)
+}
+
+// shutSymbols cannot read any file while shut; open, every file is laid
+// out as layout and has no symbols.
+type shutSymbols struct {
+	shut   bool
+	layout symbol.Layout
+}
+
+func (s *shutSymbols) Symbol(*proc.Mapping, string) (uint64, bool) { return 0, false }
+
+func (s *shutSymbols) Layout(*proc.Mapping) (symbol.Layout, bool) { return s.layout, !s.shut }
+
+// TestFinderUnread finds nothing of a process whose python-named file
+// cannot be read, and says so (ErrUnread), then looks at the file again:
+// read, it holds no interpreter.
+func TestFinderUnread(t *testing.T) {
+	exe, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	syms := &shutSymbols{shut: true, layout: symbol.Segments(exe)}
+	f := NewFinder(syms)
+	p := &proc.Process{PID: 1 << 22, Mappings: []proc.Mapping{{Start: 0x400000, End: 0x500000, Dev: 1, Inode: 5, Path: "/usr/bin/python3.11"}}}
+	if in, err := f.Find(p); in != nil || !errors.Is(err, ErrUnread) {
+		t.Errorf("Find with the file unreadable = %v, %v; want ErrUnread", in, err)
+	}
+	syms.shut = false
+	if in, err := f.Find(p); in != nil || err != nil {
+		t.Errorf("Find with the file read = %v, %v; want none", in, err)
+	}
 }
 
 // learnCodes starts fixture.PythonCodes under python, has sym learn it

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // drainBatch is how many entries one batch syscall moves.
@@ -21,7 +22,13 @@ func (s *Sampler) Drain() ([]Sample, error) {
 	defer s.drains.Add(1)
 	// Cleared first: a sample that sets it again but is drained now only
 	// makes PythonToRead ask for one drain more. One that cannot be
-	// cleared asks for drains every second, which is all it costs.
+	// cleared asks for drains every second, which is all it costs. A
+	// sample that sets it within 0.9 s does not ask for a drain
+	// (DrainSoon): callers look at PythonToRead a second after a drain.
+	var now unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) == nil {
+		_ = s.objs.DrainedAt.Set(uint64(now.Nano()))
+	}
 	_ = s.objs.OldPythonSampled.Set(uint32(0))
 	// Quiet announcements woke no one: their processes are learned before
 	// their samples are named.

@@ -341,6 +341,7 @@ const (
 	profileProgOnFork                  = "on_fork"
 	profileProgOnSwitch                = "on_switch"
 	profileProgSample                  = "sample"
+	profileVarDrainedAt                = "drained_at"
 	profileVarGeneration               = "generation"
 	profileVarKernelStacks             = "kernel_stacks"
 	profileVarOffCpuMinNs              = "off_cpu_min_ns"
@@ -451,6 +452,7 @@ type profileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileVariableSpecs struct {
+	DrainedAt                *ebpf.VariableSpec `ebpf:"drained_at"`
 	Generation               *ebpf.VariableSpec `ebpf:"generation"`
 	KernelStacks             *ebpf.VariableSpec `ebpf:"kernel_stacks"`
 	OffCpuMinNs              *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
@@ -559,6 +561,7 @@ func (m *profileMaps) Close() error {
 //
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profileVariables struct {
+	DrainedAt                *ebpf.Variable `ebpf:"drained_at"`
 	Generation               *ebpf.Variable `ebpf:"generation"`
 	KernelStacks             *ebpf.Variable `ebpf:"kernel_stacks"`
 	OffCpuMinNs              *ebpf.Variable `ebpf:"off_cpu_min_ns"`

@@ -145,6 +145,24 @@ func TestPythonToRead(t *testing.T) {
 	if !s.PythonToRead() {
 		t.Error("PythonToRead: false when DrainSoon asked, want true")
 	}
+	// A sample within 0.9 s of a drain asks for none: the caller looks
+	// a second after it.
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Now()
+	for !s.PythonToRead() && time.Since(drained) < 500*time.Millisecond {
+		time.Sleep(time.Millisecond)
+	}
+	if s.PythonToRead() && time.Since(drained) < 500*time.Millisecond {
+		select {
+		case <-s.DrainSoon():
+			t.Error("DrainSoon for Python sampled right after a drain")
+		default:
+		}
+	} else {
+		t.Logf("no Python sampled in the 500 ms after a drain: too late to look (%v)", time.Since(drained))
+	}
 	s.Stop()
 	if _, err := s.Drain(); err != nil {
 		t.Fatal(err)

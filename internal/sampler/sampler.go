@@ -725,9 +725,10 @@ func (s *Sampler) Close() error {
 // DrainSoon receives when the kernel asks for a drain before the window
 // ends: the sample ring buffer is half full (in ring buffer mode; the
 // aggregate mode's maps are sized for a whole window), or the program
-// sampled Python code of a process past its first second
-// (PythonToRead). Nothing else wakes an agent that is idle between
-// windows.
+// sampled Python code of a process past its first second (PythonToRead)
+// 0.9 s or more after the last Drain: callers look at PythonToRead a
+// second after each Drain. Nothing else wakes an agent that is idle
+// between windows.
 func (s *Sampler) DrainSoon() <-chan struct{} { return s.drainSoon }
 
 func (s *Sampler) askDrain() {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -168,9 +169,9 @@ func TestSamplerDrainSoonHalfFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go spinDeep(120, stop)
+	var stop atomic.Bool
+	defer stop.Store(true)
+	go spinDeep(120, &stop)
 	select {
 	case <-s.DrainSoon():
 		if b := s.samples.backlog(); b < halfFull {
@@ -197,20 +198,15 @@ func TestSamplerDrainSoonHalfFull(t *testing.T) {
 	}
 }
 
-// spinDeep spins depth calls deep until stop closes.
+// spinDeep spins depth calls deep until stop is set.
 //
 //go:noinline
-func spinDeep(depth int, stop chan struct{}) {
+func spinDeep(depth int, stop *atomic.Bool) {
 	if depth > 0 {
 		spinDeep(depth-1, stop)
 		return
 	}
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for !stop.Load() {
 	}
 }
 
