@@ -237,7 +237,7 @@ func (q *quietFiles) learnFilled(np sampler.NewProc, learn func()) {
 // as ms lists them: from the list as it is now, unchanged since the
 // process started (fill_tables ran after). Callers hold mu.
 func (q *quietFiles) filledAlike(pid, generation uint32, ms []unwind.Mapping, partial bool) bool {
-	if f := q.filled; partial || f.pid != pid || f.generation != generation || f.pid == 0 || q.changed >= f.started {
+	if f := q.filled; partial || f.pid != pid || f.generation != generation || q.changed >= f.started {
 		return false
 	}
 	for _, m := range ms {

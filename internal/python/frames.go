@@ -263,17 +263,12 @@ func (p *Process) content(c *Copy, k []byte) ([]byte, bool) {
 	if len(c.Objects) != 1+3 || len(c.Objects[0].Data) < codeHeader {
 		return nil, false
 	}
-	h := c.Objects[0].Data
-	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
-	if t := p.interp.CodeType; t != 0 && ptr(8) != t { // ob_type
+	f, err := p.fieldsOf(c.Objects[0].Data)
+	if err != nil {
 		return nil, false
 	}
-	name := o.CodeName
-	if o.CodeQualname != 0 {
-		name = o.CodeQualname
-	}
-	k = append(k, h[o.CodeFirstLine:o.CodeFirstLine+4]...)
-	for i, at := range [...]uint64{ptr(name), ptr(o.CodeFilename), ptr(o.CodeLineTable)} {
+	k = binary.LittleEndian.AppendUint32(k, uint32(f.firstLine))
+	for i, at := range [...]uint64{f.name, f.file, f.table} {
 		obj := c.Objects[1+i]
 		if obj.Addr != at || !obj.Whole {
 			return nil, false
@@ -287,11 +282,8 @@ func (p *Process) content(c *Copy, k []byte) ([]byte, bool) {
 			data = obj.Data[l.data : l.data+l.size]
 			k = append(k, l.tag())
 		} else {
-			n := uint64(0)
-			if len(obj.Data) >= bytesData {
-				n = binary.LittleEndian.Uint64(obj.Data[bytesSize:])
-			}
-			if len(obj.Data) < bytesData || n > uint64(len(obj.Data)-bytesData) {
+			n, err := bytesLength(obj.Data, maxLineTable)
+			if err != nil || n > uint64(len(obj.Data)-bytesData) {
 				return nil, false
 			}
 			data = obj.Data[bytesData : bytesData+n]
@@ -373,28 +365,46 @@ func (p *Process) remember(addr uint64, c *code) {
 
 var errNotCode = errors.New("not a code object")
 
+// codeFields are what a code object's header says of what names it: where
+// its name (qualified from 3.11), file and line table are, and its first
+// line.
+type codeFields struct {
+	name, file, table uint64
+	firstLine         int32
+}
+
+// fieldsOf reads the code object header h, its first codeHeader bytes;
+// errNotCode when its type is not the interpreter's PyCode_Type.
+func (p *Process) fieldsOf(h []byte) (codeFields, error) {
+	o := &p.interp.Offsets
+	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
+	if t := p.interp.CodeType; t != 0 && ptr(8) != t { // ob_type
+		return codeFields{}, errNotCode
+	}
+	name := o.CodeName
+	if o.CodeQualname != 0 {
+		name = o.CodeQualname
+	}
+	return codeFields{name: ptr(name), file: ptr(o.CodeFilename), table: ptr(o.CodeLineTable),
+		firstLine: int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:]))}, nil
+}
+
 // readCode reads the code object at addr from mem (nil: closed). Callers
 // hold mu.
 func (p *Process) readCode(mem io.ReaderAt, addr uint64) (*code, error) {
 	if mem == nil {
 		return nil, os.ErrClosed
 	}
-	o := &p.interp.Offsets
 	h := p.scratch[:codeHeader]
 	if err := read(mem, h, addr); err != nil {
 		return nil, err
 	}
-	ptr := func(off uint16) uint64 { return binary.LittleEndian.Uint64(h[off:]) }
-	if t := p.interp.CodeType; t != 0 && ptr(8) != t { // ob_type
-		return nil, errNotCode
-	}
-	name := o.CodeName
-	if o.CodeQualname != 0 {
-		name = o.CodeQualname
-	}
 	// Every field before the reads that reuse the scratch space.
-	nameAt, fileAt, tableAt := ptr(name), ptr(o.CodeFilename), ptr(o.CodeLineTable)
-	firstLine := int(int32(binary.LittleEndian.Uint32(h[o.CodeFirstLine:])))
+	f, err := p.fieldsOf(h)
+	if err != nil {
+		return nil, err
+	}
+	nameAt, fileAt, tableAt, firstLine := f.name, f.file, f.table, int(f.firstLine)
 	function, err := p.str(mem, nameAt, maxName)
 	if err != nil {
 		return nil, fmt.Errorf("code name: %w", err)
@@ -541,15 +551,28 @@ const (
 	bytesData = 32
 )
 
+// bytesLength reads the length of the bytes object whose first bytesData
+// bytes h holds: at most max.
+func bytesLength(h []byte, max int) (uint64, error) {
+	if len(h) < bytesData {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := binary.LittleEndian.Uint64(h[bytesSize:])
+	if n > uint64(max) {
+		return 0, fmt.Errorf("%d bytes, at most %d", n, max)
+	}
+	return n, nil
+}
+
 // bytes reads the bytes object at addr. Callers hold mu.
 func (p *Process) bytes(mem io.ReaderAt, addr uint64, max int) ([]byte, error) {
 	h, err := p.readObject(mem, addr, bytesData)
 	if err != nil {
 		return nil, err
 	}
-	n := binary.LittleEndian.Uint64(h[bytesSize:])
-	if n > uint64(max) {
-		return nil, fmt.Errorf("bytes at %#x: %d bytes, at most %d", addr, n, max)
+	n, err := bytesLength(h, max)
+	if err != nil {
+		return nil, fmt.Errorf("bytes at %#x: %w", addr, err)
 	}
 	b := make([]byte, n)
 	if n <= uint64(len(h)-bytesData) {
