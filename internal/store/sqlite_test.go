@@ -572,6 +572,37 @@ func TestEqualItemsOneRow(t *testing.T) {
 	}
 }
 
+// TestManyNewItems writes windows of more new label sets, stacks and
+// locations than one insert statement takes (maxRowsAnInsert), as a
+// window of new processes has: each must read back as written, before
+// and after a restart (the caches empty, the rows found in the store).
+func TestManyNewItems(t *testing.T) {
+	dir := t.TempDir()
+	window := func(i, procs int) *profile.Profile {
+		p := &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow)}
+		for n := range procs {
+			leaf := &profile.Location{Address: uint64(0x1000 + n), Frames: []symbol.Frame{{Function: fmt.Sprint("f", n), File: "f.c", Line: n}}}
+			root := &profile.Location{Address: 0x10, Frames: []symbol.Frame{{Function: "main", File: "main.c", Line: 1}}}
+			p.Samples = append(p.Samples, &profile.Sample{Stack: []*profile.Location{leaf, root}, Count: int64(n + 1),
+				Labels: map[string]string{"comm": "c", "pid": strconv.Itoa(n)}})
+		}
+		return p
+	}
+	s := openTest(t, dir, testOptions())
+	write(t, s, window(0, 2*maxRowsAnInsert+37))
+	s.Close()
+	s = openTest(t, dir, testOptions())
+	write(t, s, window(1, 3*maxRowsAnInsert+5))
+	if n, m, l := count(t, s, "locations"), count(t, s, "stacks"), count(t, s, "labelsets"); n != 3*maxRowsAnInsert+6 || m != 3*maxRowsAnInsert+5 || l != m {
+		t.Errorf("%d locations, %d stacks, %d label sets stored; want %d, %d, %d", n, m, l, 3*maxRowsAnInsert+6, 3*maxRowsAnInsert+5, 3*maxRowsAnInsert+5)
+	}
+	got := query(t, s, Query{From: t0, To: t0.Add(2 * wlWindow)})
+	want := slices.Concat(window(0, 2*maxRowsAnInsert+37).Samples, window(1, 3*maxRowsAnInsert+5).Samples)
+	if diff := compare(canonical(got.Samples), canonical(want)); diff != "" {
+		t.Error(diff)
+	}
+}
+
 // TestAlikeLocationsOneRow writes locations whose addresses differ but
 // whose frames and mapping do not: one row, before and after a restart
 // (its caches empty), while another line or another mapping is a row of

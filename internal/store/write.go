@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math/bits"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -127,11 +129,17 @@ type writer struct {
 	newLocs   []newLoc          // locations the caches missed
 	newStacks []newStack        // stacks the caches missed
 	newStack  map[string]int    // their index in newStacks, by key
+	newLabels []newLabels       // label sets the cache missed
+	newLabel  map[string]int    // their index in newLabels, by key
 	found     map[int64][]int   // items missed, by hash
 	locIDs    []int64
 	pairs     []stackCount
 	names     []string
 	key, buf  []byte
+	args      []any             // an insert's parameters
+	ends      []int             // where each samples row's blob ends in buf
+	fresh     []int             // the new items of a window the store lacks, by index
+	firstLoc  map[framesKey]int // the first of a window's new locations alike
 }
 
 type triple struct{ labels, stack, count int64 }
@@ -146,6 +154,17 @@ type newLoc struct {
 	id   int64
 }
 
+// newLabels is a label set the cache misses, looked up with the window's
+// others: key is its encoding as stored, hash the stored hash, cached the
+// cache's (labelsHash); e.id is 0 until it is found or stored.
+type newLabels struct {
+	key    string
+	hash   int64
+	cached uint64
+	labels map[string]string
+	e      entry
+}
+
 // newStack is a stack the caches miss, looked up with the window's others.
 type newStack struct {
 	key  string
@@ -156,21 +175,34 @@ type newStack struct {
 // statements the writer prepares once on its connection.
 var writerStatements = map[string]string{
 	"window":       `INSERT INTO windows (start, duration, period, samples, type) VALUES (?, ?, ?, ?, ?)`,
-	"sample":       `INSERT INTO samples (start, window, labels, total, stacks) VALUES (?, ?, ?, ?, ?)`,
 	"func.find":    `SELECT id, start_line FROM functions WHERE hash = ? AND name = ? AND file = ?`,
 	"func.add":     `INSERT INTO functions (hash, name, file, start_line) VALUES (?, ?, ?, ?)`,
 	"func.start":   `UPDATE functions SET start_line = ? WHERE id = ?`,
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-	"loc.add":      `INSERT INTO locations (hash, mapping, address, frames) VALUES (?, ?, ?, coalesce(?, x''))`,
 	"loc.batch":    `SELECT id, hash, mapping, frames FROM locations WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY id`,
 	"stack.batch":  `SELECT id, hash, last, locations FROM stacks WHERE hash IN (SELECT value FROM json_each(?))`,
-	"stack.add":    `INSERT INTO stacks (hash, last, locations) VALUES (?, ?, coalesce(?, x''))`,
 	"stack.last":   `UPDATE stacks SET last = ? WHERE id = ?`,
-	"labels.find":  `SELECT id, first, last FROM labelsets WHERE hash = ? AND labels = coalesce(?, x'')`,
-	"labels.add":   `INSERT INTO labelsets (hash, first, last, labels) VALUES (?, ?, ?, coalesce(?, x''))`,
+	"labels.batch": `SELECT id, hash, first, last, labels FROM labelsets WHERE hash IN (SELECT value FROM json_each(?))`,
 	"labels.span":  `UPDATE labelsets SET first = ?, last = ? WHERE id = ?`,
 }
+
+// rowInserts are the tables the writer inserts rows into many at a time:
+// the statement's head, and one row's values. A window of new processes
+// adds hundreds of rows, and database/sql and the driver spend as much on
+// each statement as SQLite on a row: a statement a row cost a new process
+// 113 us to write, 97 us in statements of up to 64 (BenchmarkWriteNewProcs;
+// docs/BENCHMARKS.md).
+var rowInserts = map[string]struct{ head, row string }{
+	"sample": {`INSERT INTO samples (start, window, labels, total, stacks) VALUES `, `(?, ?, ?, ?, ?)`},
+	"loc":    {`INSERT INTO locations (hash, mapping, address, frames) VALUES `, `(?, ?, ?, coalesce(?, x''))`},
+	"stack":  {`INSERT INTO stacks (hash, last, locations) VALUES `, `(?, ?, coalesce(?, x''))`},
+	"labels": {`INSERT INTO labelsets (hash, first, last, labels) VALUES `, `(?, ?, ?, coalesce(?, x''))`},
+}
+
+// maxRowsAnInsert bounds the rows of one statement, within SQLite's
+// 32,766 parameters.
+const maxRowsAnInsert = 64
 
 func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
 	conn, err := db.Conn(ctx)
@@ -188,6 +220,8 @@ func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
 	}
 	w.resetCaches()
 	w.newStack = map[string]int{}
+	w.newLabel = map[string]int{}
+	w.firstLoc = map[framesKey]int{}
 	w.found = map[int64][]int{}
 	w.locMemo = map[*profile.Location]int64{}
 	w.mapMemo = map[*profile.Mapping]int64{}
@@ -258,12 +292,68 @@ func remember[K comparable, V any](w *writer, c *cache[K, V], k K, e V) {
 	})
 }
 
+// insertRows inserts n rows into table (a rowInserts name) with as few
+// statements as it can: chunks of a power of two rows, up to
+// maxRowsAnInsert, each statement prepared once. args appends row i's
+// values; id, if not nil, is given each row's id.
+func (w *writer) insertRows(ctx context.Context, table string, n int, args func(i int, a []any) []any, id func(i int, id int64)) error {
+	for done := 0; done < n; {
+		k := min(maxRowsAnInsert, 1<<(bits.Len(uint(n-done))-1))
+		st, err := w.insertStatement(ctx, table, k)
+		if err != nil {
+			return err
+		}
+		w.args = w.args[:0]
+		for i := done; i < done+k; i++ {
+			w.args = args(i, w.args)
+		}
+		res, err := st.ExecContext(ctx, w.args...)
+		clear(w.args) // drop the blobs
+		if err != nil {
+			return err
+		}
+		if id != nil {
+			// One statement inserts its rows in order, and the writer is
+			// the only one: their ids follow each other up to the last.
+			last, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			for j := range k {
+				id(done+j, last-int64(k-1-j))
+			}
+		}
+		done += k
+	}
+	return nil
+}
+
+// insertStatement returns the statement that inserts k rows into table,
+// preparing it the first time.
+func (w *writer) insertStatement(ctx context.Context, table string, k int) (*sql.Stmt, error) {
+	name := table + ".add/" + strconv.Itoa(k)
+	if st := w.st[name]; st != nil {
+		return st, nil
+	}
+	ins := rowInserts[table]
+	q := ins.head + strings.Repeat(ins.row+", ", k-1) + ins.row
+	st, err := w.conn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", name, err)
+	}
+	w.st[name] = st
+	return st, nil
+}
+
 func (w *writer) write(ctx context.Context, p *profile.Profile) error {
 	defer func() {
 		clear(w.locMemo)
 		clear(w.mapMemo)
 		clear(w.labelMemo)
 		clear(w.newStack)
+		clear(w.newLabel)
+		clear(w.newLabels) // drop their maps
+		clear(w.firstLoc)
 		clear(w.found)
 		clear(w.newLocs) // drop their pointers
 		clear(w.kept)
@@ -285,7 +375,7 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 	end := ctx
 	ctx = context.WithoutCancel(ctx)
 	start := p.Start.UnixNano()
-	w.triples, w.kept, w.newLocs, w.newStacks = w.triples[:0], w.kept[:0], w.newLocs[:0], w.newStacks[:0]
+	w.triples, w.kept, w.newLocs, w.newStacks, w.newLabels = w.triples[:0], w.kept[:0], w.newLocs[:0], w.newStacks[:0], w.newLabels[:0]
 	var total int64
 	for i, s := range p.Samples {
 		if err := end.Err(); err != nil {
@@ -310,6 +400,9 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		w.kept = append(w.kept, s)
 		total += s.Count
 	}
+	if err := w.addLabelSets(ctx, start); err != nil {
+		return err
+	}
 	if err := w.addLocations(ctx); err != nil {
 		return err
 	}
@@ -324,8 +417,12 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		return err
 	}
 	for i := range w.triples {
-		if t := &w.triples[i]; t.stack < 0 {
+		t := &w.triples[i]
+		if t.stack < 0 {
 			t.stack = w.newStacks[-t.stack-1].e.id
+		}
+		if t.labels < 0 {
+			t.labels = w.newLabels[-t.labels-1].e.id
 		}
 	}
 	res, err := w.st["window"].ExecContext(ctx, start, int64(p.Duration), int64(p.Period), total, int(p.Kind))
@@ -343,6 +440,10 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		return cmp.Compare(a.stack, b.stack)
 	})
 	// One samples row per label set; equal (labels, stack) samples merge.
+	// The rows' blobs go one after another in buf, ends marking them.
+	w.buf, w.ends, w.pairs = w.buf[:0], w.ends[:0], w.pairs[:0]
+	type row struct{ labels, total int64 }
+	var rows []row
 	for i := 0; i < len(w.triples); {
 		lid := w.triples[i].labels
 		w.pairs = w.pairs[:0]
@@ -356,16 +457,26 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 			}
 			sum += t.count
 		}
-		w.buf = appendCounts(w.buf[:0], w.pairs)
-		if _, err := w.st["sample"].ExecContext(ctx, start, window, lid, sum, w.buf); err != nil {
-			return fmt.Errorf("insert samples: %w", err)
+		w.buf = appendCounts(w.buf, w.pairs)
+		w.ends = append(w.ends, len(w.buf))
+		rows = append(rows, row{lid, sum})
+	}
+	err = w.insertRows(ctx, "sample", len(rows), func(i int, a []any) []any {
+		from := 0
+		if i > 0 {
+			from = w.ends[i-1]
 		}
+		return append(a, start, window, rows[i].labels, rows[i].total, w.buf[from:w.ends[i]])
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("insert samples: %w", err)
 	}
 	return nil
 }
 
-// labelset returns the id of a label set, storing it if new, and widens
-// its first/last span to cover start.
+// labelset returns the id of a label set, widening its first/last span to
+// cover start, or, for a set the cache misses, -1 - its index in newLabels
+// (addLabelSets gives it its id).
 func (w *writer) labelset(ctx context.Context, labels map[string]string, start int64) (int64, error) {
 	// Samples of one process may share one labels map: look it up once.
 	ptr := reflect.ValueOf(labels).UnsafePointer()
@@ -375,39 +486,88 @@ func (w *writer) labelset(ctx context.Context, labels map[string]string, start i
 	// The agent makes a new map per sample, so the cache is keyed by a
 	// hash that needs no sorting, and a hit is confirmed by comparing maps.
 	h := labelsHash(labels)
-	e, ok := w.labelsets.m[h]
-	if !ok || !maps.Equal(e.labels, labels) {
+	var id int64
+	if e, ok := w.labelsets.m[h]; ok && maps.Equal(e.labels, labels) {
+		if err := w.widen(ctx, h, e, start); err != nil {
+			return 0, err
+		}
+		id = e.id
+	} else {
 		w.key, w.names = appendLabels(w.key[:0], labels, w.names)
-		stable := hash64(w.key)
-		e = labelEntry{labels: maps.Clone(labels)}
-		err := w.st["labels.find"].QueryRowContext(ctx, stable, w.key).Scan(&e.id, &e.first, &e.last)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			res, err := w.st["labels.add"].ExecContext(ctx, stable, start, start, w.key)
-			if err != nil {
-				return 0, fmt.Errorf("insert label set: %w", err)
-			}
-			if e.id, err = res.LastInsertId(); err != nil {
-				return 0, err
-			}
-			e.first, e.last = start, start
-		case err != nil:
-			return 0, fmt.Errorf("look up label set: %w", err)
+		n, ok := w.newLabel[string(w.key)]
+		if !ok {
+			n = len(w.newLabels)
+			w.newLabels = append(w.newLabels, newLabels{key: string(w.key), hash: hash64(w.key), cached: h, labels: labels})
+			w.newLabel[string(w.key)] = n
 		}
-		remember(w, &w.labelsets, h, e)
-	}
-	if start < e.first || start > e.last+lastSlack {
-		first, last := min(e.first, start), max(e.last, start)
-		if _, err := w.st["labels.span"].ExecContext(ctx, first, last, e.id); err != nil {
-			return 0, fmt.Errorf("update label set: %w", err)
-		}
-		e.first, e.last = first, last
-		remember(w, &w.labelsets, h, e)
+		id = int64(-1 - n)
 	}
 	if ptr != nil {
-		w.labelMemo[ptr] = e.id
+		w.labelMemo[ptr] = id
 	}
-	return e.id, nil
+	return id, nil
+}
+
+// widen moves the span of label set e, cached under h, to cover start
+// when start is outside it by more than lastSlack.
+func (w *writer) widen(ctx context.Context, h uint64, e labelEntry, start int64) error {
+	if start >= e.first && start <= e.last+lastSlack {
+		return nil
+	}
+	first, last := min(e.first, start), max(e.last, start)
+	if _, err := w.st["labels.span"].ExecContext(ctx, first, last, e.id); err != nil {
+		return fmt.Errorf("update label set: %w", err)
+	}
+	e.first, e.last = first, last
+	remember(w, &w.labelsets, h, e)
+	return nil
+}
+
+// addLabelSets looks up the window's label sets that the cache missed,
+// inserts those the store does not have, and caches them all.
+func (w *writer) addLabelSets(ctx context.Context, start int64) error {
+	err := w.batch(ctx, "labels", len(w.newLabels), func(i int) int64 { return w.newLabels[i].hash }, func(rows *sql.Rows) error {
+		var e entry
+		var h int64
+		var labels []byte
+		if err := rows.Scan(&e.id, &h, &e.first, &e.last, &labels); err != nil {
+			return err
+		}
+		for _, i := range w.found[h] {
+			if nl := &w.newLabels[i]; nl.key == string(labels) {
+				nl.e = e
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look up label sets: %w", err)
+	}
+	w.fresh = w.fresh[:0]
+	for i := range w.newLabels {
+		nl := &w.newLabels[i]
+		if nl.e.id == 0 {
+			w.fresh = append(w.fresh, i)
+			continue
+		}
+		e := labelEntry{entry: nl.e, labels: maps.Clone(nl.labels)}
+		remember(w, &w.labelsets, nl.cached, e)
+		if err := w.widen(ctx, nl.cached, e, start); err != nil {
+			return err
+		}
+	}
+	err = w.insertRows(ctx, "labels", len(w.fresh), func(i int, a []any) []any {
+		nl := &w.newLabels[w.fresh[i]]
+		return append(a, nl.hash, start, start, []byte(nl.key))
+	}, func(i int, id int64) {
+		nl := &w.newLabels[w.fresh[i]]
+		nl.e = entry{id: id, first: start, last: start}
+		remember(w, &w.labelsets, nl.cached, labelEntry{entry: nl.e, labels: maps.Clone(nl.labels)})
+	})
+	if err != nil {
+		return fmt.Errorf("insert label sets: %w", err)
+	}
+	return nil
 }
 
 // labelSeed keys labelsHash; it is random per process, which is fine for an
@@ -470,23 +630,25 @@ func (w *writer) addStacks(ctx context.Context, start int64) error {
 	if err != nil {
 		return fmt.Errorf("look up stacks: %w", err)
 	}
+	w.fresh = w.fresh[:0]
 	for i := range w.newStacks {
 		ns := &w.newStacks[i]
-		if ns.e.id != 0 {
-			if err := w.touchStack(ctx, ns.key, ns.e, start); err != nil {
-				return err
-			}
-			continue
-		}
-		res, err := w.st["stack.add"].ExecContext(ctx, ns.hash, start, []byte(ns.key))
-		if err != nil {
-			return fmt.Errorf("insert stack: %w", err)
-		}
-		if ns.e.id, err = res.LastInsertId(); err != nil {
+		if ns.e.id == 0 {
+			w.fresh = append(w.fresh, i)
+		} else if err := w.touchStack(ctx, ns.key, ns.e, start); err != nil {
 			return err
 		}
-		ns.e.last = start
+	}
+	err = w.insertRows(ctx, "stack", len(w.fresh), func(i int, a []any) []any {
+		ns := &w.newStacks[w.fresh[i]]
+		return append(a, ns.hash, start, []byte(ns.key))
+	}, func(i int, id int64) {
+		ns := &w.newStacks[w.fresh[i]]
+		ns.e = entry{id: id, last: start}
 		remember(w, &w.stacks, ns.key, ns.e)
+	})
+	if err != nil {
+		return fmt.Errorf("insert stacks: %w", err)
 	}
 	return nil
 }
@@ -602,20 +764,30 @@ func (w *writer) addLocations(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("look up locations: %w", err)
 	}
+	// The ones still without a row get one; alike ones in the window
+	// share the first one's.
+	w.fresh = w.fresh[:0]
 	for i := range w.newLocs {
 		nl := &w.newLocs[i]
-		// Alike locations earlier in the window: the first one stored.
 		if id, ok := w.byFrames.m[nl.fk]; ok && nl.id == 0 {
 			nl.id = id
 		}
+		if _, ok := w.firstLoc[nl.fk]; nl.id == 0 && !ok {
+			w.firstLoc[nl.fk] = i
+			w.fresh = append(w.fresh, i)
+		}
+	}
+	err = w.insertRows(ctx, "loc", len(w.fresh), func(i int, a []any) []any {
+		nl := &w.newLocs[w.fresh[i]]
+		return append(a, nl.hash, nl.key.mapping, int64(nl.key.address), []byte(nl.fk.frames))
+	}, func(i int, id int64) { w.newLocs[w.fresh[i]].id = id })
+	if err != nil {
+		return fmt.Errorf("insert locations: %w", err)
+	}
+	for i := range w.newLocs {
+		nl := &w.newLocs[i]
 		if nl.id == 0 {
-			res, err := w.st["loc.add"].ExecContext(ctx, nl.hash, nl.key.mapping, int64(nl.key.address), []byte(nl.fk.frames))
-			if err != nil {
-				return fmt.Errorf("insert location: %w", err)
-			}
-			if nl.id, err = res.LastInsertId(); err != nil {
-				return err
-			}
+			nl.id = w.newLocs[w.firstLoc[nl.fk]].id
 		}
 		remember(w, &w.byFrames, nl.fk, nl.id)
 		remember(w, &w.locations, nl.key, locEntry{nl.id, slices.Clone(nl.l.Frames)})
