@@ -180,8 +180,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// The agent's live heap is mostly symbol tables, stable between
 	// windows; a lower GC target keeps its resident memory close to it at
-	// the price of more frequent (small) collections.
-	debug.SetGCPercent(50)
+	// the price of more frequent (small) collections. GOGC in the
+	// environment still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	// Its work is one loop and the odd query: two Ps serve it. A fixed
 	// count also keeps its garbage collector from starting a worker per
 	// CPU on a large node, and stops the runtime re-reading the cgroup's
