@@ -127,7 +127,7 @@ type writer struct {
 	triples   []triple
 	kept      []*profile.Sample // the samples of triples
 	newLocs   []newLoc          // locations the caches missed
-	newStacks []newStack        // stacks the caches missed
+	newStacks []missed          // stacks the caches missed
 	newStack  map[string]int    // their index in newStacks, by key
 	newLabels []newLabels       // label sets the cache missed
 	newLabel  map[string]int    // their index in newLabels, by key
@@ -154,22 +154,21 @@ type newLoc struct {
 	id   int64
 }
 
-// newLabels is a label set the cache misses, looked up with the window's
-// others: key is its encoding as stored, hash the stored hash, cached the
-// cache's (labelsHash); e.id is 0 until it is found or stored.
-type newLabels struct {
-	key    string
-	hash   int64
-	cached uint64
-	labels map[string]string
-	e      entry
-}
-
-// newStack is a stack the caches miss, looked up with the window's others.
-type newStack struct {
+// missed is an item the caches miss, looked up with the window's others
+// (findMissed): its content as stored, the stored hash, and its row, id 0
+// until it is found or stored.
+type missed struct {
 	key  string
 	hash int64
-	e    entry // id 0 until found or stored
+	e    entry
+}
+
+// newLabels is a label set the cache misses; cached is its key there
+// (labelsHash).
+type newLabels struct {
+	missed
+	cached uint64
+	labels map[string]string
 }
 
 // statements the writer prepares once on its connection.
@@ -181,7 +180,7 @@ var writerStatements = map[string]string{
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 	"loc.batch":    `SELECT id, hash, mapping, frames FROM locations WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY id`,
-	"stack.batch":  `SELECT id, hash, last, locations FROM stacks WHERE hash IN (SELECT value FROM json_each(?))`,
+	"stack.batch":  `SELECT id, hash, 0, last, locations FROM stacks WHERE hash IN (SELECT value FROM json_each(?))`,
 	"stack.last":   `UPDATE stacks SET last = ? WHERE id = ?`,
 	"labels.batch": `SELECT id, hash, first, last, labels FROM labelsets WHERE hash IN (SELECT value FROM json_each(?))`,
 	"labels.span":  `UPDATE labelsets SET first = ?, last = ? WHERE id = ?`,
@@ -497,7 +496,7 @@ func (w *writer) labelset(ctx context.Context, labels map[string]string, start i
 		n, ok := w.newLabel[string(w.key)]
 		if !ok {
 			n = len(w.newLabels)
-			w.newLabels = append(w.newLabels, newLabels{key: string(w.key), hash: hash64(w.key), cached: h, labels: labels})
+			w.newLabels = append(w.newLabels, newLabels{missed: missed{key: string(w.key), hash: hash64(w.key)}, cached: h, labels: labels})
 			w.newLabel[string(w.key)] = n
 		}
 		id = int64(-1 - n)
@@ -526,21 +525,7 @@ func (w *writer) widen(ctx context.Context, h uint64, e labelEntry, start int64)
 // addLabelSets looks up the window's label sets that the cache missed,
 // inserts those the store does not have, and caches them all.
 func (w *writer) addLabelSets(ctx context.Context, start int64) error {
-	err := w.batch(ctx, "labels", len(w.newLabels), func(i int) int64 { return w.newLabels[i].hash }, func(rows *sql.Rows) error {
-		var e entry
-		var h int64
-		var labels []byte
-		if err := rows.Scan(&e.id, &h, &e.first, &e.last, &labels); err != nil {
-			return err
-		}
-		for _, i := range w.found[h] {
-			if nl := &w.newLabels[i]; nl.key == string(labels) {
-				nl.e = e
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := w.findMissed(ctx, "labels", len(w.newLabels), func(i int) *missed { return &w.newLabels[i].missed }); err != nil {
 		return fmt.Errorf("look up label sets: %w", err)
 	}
 	w.fresh = w.fresh[:0]
@@ -556,7 +541,7 @@ func (w *writer) addLabelSets(ctx context.Context, start int64) error {
 			return err
 		}
 	}
-	err = w.insertRows(ctx, "labels", len(w.fresh), func(i int, a []any) []any {
+	err := w.insertRows(ctx, "labels", len(w.fresh), func(i int, a []any) []any {
 		nl := &w.newLabels[w.fresh[i]]
 		return append(a, nl.hash, start, start, []byte(nl.key))
 	}, func(i int, id int64) {
@@ -604,7 +589,7 @@ func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int6
 	n, ok := w.newStack[string(w.key)]
 	if !ok {
 		n = len(w.newStacks)
-		w.newStacks = append(w.newStacks, newStack{key: string(w.key), hash: hash64(w.key)})
+		w.newStacks = append(w.newStacks, missed{key: string(w.key), hash: hash64(w.key)})
 		w.newStack[string(w.key)] = n
 	}
 	return int64(-1 - n), nil
@@ -613,21 +598,7 @@ func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int6
 // addStacks looks up the window's stacks that the caches missed and
 // inserts those the store does not have.
 func (w *writer) addStacks(ctx context.Context, start int64) error {
-	err := w.batch(ctx, "stack", len(w.newStacks), func(i int) int64 { return w.newStacks[i].hash }, func(rows *sql.Rows) error {
-		var e entry
-		var h int64
-		var locs []byte
-		if err := rows.Scan(&e.id, &h, &e.last, &locs); err != nil {
-			return err
-		}
-		for _, i := range w.found[h] {
-			if ns := &w.newStacks[i]; ns.key == string(locs) {
-				ns.e = e
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := w.findMissed(ctx, "stack", len(w.newStacks), func(i int) *missed { return &w.newStacks[i] }); err != nil {
 		return fmt.Errorf("look up stacks: %w", err)
 	}
 	w.fresh = w.fresh[:0]
@@ -639,7 +610,7 @@ func (w *writer) addStacks(ctx context.Context, start int64) error {
 			return err
 		}
 	}
-	err = w.insertRows(ctx, "stack", len(w.fresh), func(i int, a []any) []any {
+	err := w.insertRows(ctx, "stack", len(w.fresh), func(i int, a []any) []any {
 		ns := &w.newStacks[w.fresh[i]]
 		return append(a, ns.hash, start, []byte(ns.key))
 	}, func(i int, id int64) {
@@ -666,6 +637,26 @@ func (w *writer) touchStack(ctx context.Context, key string, e entry, start int6
 	}
 	remember(w, &w.stacks, key, e)
 	return nil
+}
+
+// findMissed looks up n items the caches missed, item(i) each, by their
+// hash with statement name+".batch", which returns each row's id, hash,
+// first, last and content, and gives those found their row.
+func (w *writer) findMissed(ctx context.Context, name string, n int, item func(i int) *missed) error {
+	return w.batch(ctx, name, n, func(i int) int64 { return item(i).hash }, func(rows *sql.Rows) error {
+		var e entry
+		var h int64
+		var content []byte
+		if err := rows.Scan(&e.id, &h, &e.first, &e.last, &content); err != nil {
+			return err
+		}
+		for _, i := range w.found[h] {
+			if it := item(i); it.key == string(content) {
+				it.e = e
+			}
+		}
+		return nil
+	})
 }
 
 // batch runs statement name+".batch" with the hashes of n items, which
