@@ -7,7 +7,9 @@
 #	sudo RUNS=120 CHURN=1 bench/agent-pair.sh A_BIN B_BIN  # 120 runs, one a second
 #	sudo CHURN_WITH=brief bench/agent-pair.sh A_BIN B_BIN  # testdata/fixtures/brief.c
 #
-# It also prints each agent's share of a core while the processes ran, idle
+# Each agent's BPF programs' run time a new process (its
+# flint_bpf_run_seconds_total, read the same way) follows its own. It also
+# prints each agent's share of a core while the processes ran, idle
 # included: where the idle rate is large and moves (a VM whose wake-ups
 # are dear), an agent that wakes for the new processes anyway pays part of
 # it inside the runs, and the difference per process says less than the
@@ -25,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 (($# == 2)) || { echo "usage: agent-pair.sh A_BIN B_BIN" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "agent-pair: needs root" >&2; exit 1; }
+command -v curl >/dev/null || { echo "agent-pair: needs curl (apt-get install curl)" >&2; exit 1; }
 CHURN=${CHURN:-10}
 source bench/churn.sh
 ((CHURN > 0)) || { echo "agent-pair: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
@@ -34,6 +37,8 @@ cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "${dirs[@]}"; }
 trap cleanup EXIT
 
 switches() { cat /proc/"$1"/task/*/status | awk '/^voluntary_ctxt/ { n += $2 } END { print n }'; }
+# bpf PORT: the BPF run time of the agent listening on PORT, in seconds.
+bpf() { curl -s "http://127.0.0.1:$1/metrics" | awk '$1 == "flint_bpf_run_seconds_total" { print $2 }'; }
 now() { date +%s.%N; }
 for i in 0 1; do
 	dirs+=("$(mktemp -d)")
@@ -41,25 +46,29 @@ for i in 0 1; do
 	pids+=($!)
 done
 sleep "$warm"
-read -r a0 b0 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}")"
+read -r a0 b0 pa0 pb0 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(bpf 7191) $(bpf 7192)"
 sleep "$idle"
-read -r a1 b1 sa1 sb1 t1 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+read -r a1 b1 sa1 sb1 t1 pa1 pb1 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now) $(bpf 7191) $(bpf 7192)"
 count=$(mktemp); dirs+=("$count")
 churn_start "$count"
 sleep "$(awk -v n="$runs" -v r="$CHURN" 'BEGIN { print n / r }')" # RUNS, about
 churn_stop
 sleep 3 # the last runs end, and the agent learns them
-read -r a2 b2 sa2 sb2 t2 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now)"
+read -r a2 b2 sa2 sb2 t2 pa2 pb2 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now) $(bpf 7191) $(bpf 7192)"
 sleep "$idle"
-read -r a3 b3 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}")"
+read -r a3 b3 pa3 pb3 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(bpf 7191) $(bpf 7192)"
 runs=$(stat -c %s "$count") # started, to the one
 awk -v runs="$runs" -v idle="$idle" -v t1="$t1" -v t2="$t2" \
 	-v a="${bins[0]}" -v a0="$a0" -v a1="$a1" -v a2="$a2" -v a3="$a3" -v sa1="$sa1" -v sa2="$sa2" \
-	-v b="${bins[1]}" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v sb1="$sb1" -v sb2="$sb2" '
-function row(name, c0, c1, c2, c3, s1, s2,   rate) {
+	-v pa0="$pa0" -v pa1="$pa1" -v pa2="$pa2" -v pa3="$pa3" \
+	-v b="${bins[1]}" -v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v sb1="$sb1" -v sb2="$sb2" \
+	-v pb0="$pb0" -v pb1="$pb1" -v pb2="$pb2" -v pb3="$pb3" '
+# perProcess: what the runs cost over the idle rate, a run, in ms.
+function perProcess(c0, c1, c2, c3) { return (c2 - c1 - (c1 - c0 + c3 - c2) / (2 * idle) * (t2 - t1)) / runs * 1000 }
+function row(name, c0, c1, c2, c3, s1, s2, p0, p1, p2, p3,   rate) {
 	rate = (c1 - c0 + c3 - c2) / (2 * idle)
-	printf "%s: %.3f ms a new process (%d started); idle %.3f%% of a core (%.3f before, %.3f after); %.3f%% of a core during the runs; %.1f switches a process\n",
-		name, (c2 - c1 - rate * (t2 - t1)) / runs * 1000, runs, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100,
+	printf "%s: %.3f ms a new process + BPF %.3f ms (%d started); idle %.3f%% of a core (%.3f before, %.3f after); %.3f%% of a core during the runs; %.1f switches a process\n",
+		name, perProcess(c0, c1, c2, c3), perProcess(p0, p1, p2, p3), runs, rate * 100, (c1 - c0) / idle * 100, (c3 - c2) / idle * 100,
 		(c2 - c1) / (t2 - t1) * 100, (s2 - s1) / runs
 }
-BEGIN { row(a, a0, a1, a2, a3, sa1, sa2); row(b, b0, b1, b2, b3, sb1, sb2) }'
+BEGIN { row(a, a0, a1, a2, a3, sa1, sa2, pa0, pa1, pa2, pa3); row(b, b0, b1, b2, b3, sb1, sb2, pb0, pb1, pb2, pb3) }'
