@@ -525,23 +525,16 @@ func (w *writer) widen(ctx context.Context, h uint64, e labelEntry, start int64)
 // addLabelSets looks up the window's label sets that the cache missed,
 // inserts those the store does not have, and caches them all.
 func (w *writer) addLabelSets(ctx context.Context, start int64) error {
-	if err := w.findMissed(ctx, "labels", len(w.newLabels), func(i int) *missed { return &w.newLabels[i].missed }); err != nil {
-		return fmt.Errorf("look up label sets: %w", err)
-	}
-	w.fresh = w.fresh[:0]
-	for i := range w.newLabels {
+	err := w.findMissed(ctx, "labels", len(w.newLabels), func(i int) *missed { return &w.newLabels[i].missed }, func(i int) error {
 		nl := &w.newLabels[i]
-		if nl.e.id == 0 {
-			w.fresh = append(w.fresh, i)
-			continue
-		}
 		e := labelEntry{entry: nl.e, labels: maps.Clone(nl.labels)}
 		remember(w, &w.labelsets, nl.cached, e)
-		if err := w.widen(ctx, nl.cached, e, start); err != nil {
-			return err
-		}
+		return w.widen(ctx, nl.cached, e, start)
+	})
+	if err != nil {
+		return fmt.Errorf("label sets: %w", err)
 	}
-	err := w.insertRows(ctx, "labels", len(w.fresh), func(i int, a []any) []any {
+	err = w.insertRows(ctx, "labels", len(w.fresh), func(i int, a []any) []any {
 		nl := &w.newLabels[w.fresh[i]]
 		return append(a, nl.hash, start, start, []byte(nl.key))
 	}, func(i int, id int64) {
@@ -598,19 +591,14 @@ func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int6
 // addStacks looks up the window's stacks that the caches missed and
 // inserts those the store does not have.
 func (w *writer) addStacks(ctx context.Context, start int64) error {
-	if err := w.findMissed(ctx, "stack", len(w.newStacks), func(i int) *missed { return &w.newStacks[i] }); err != nil {
-		return fmt.Errorf("look up stacks: %w", err)
-	}
-	w.fresh = w.fresh[:0]
-	for i := range w.newStacks {
+	err := w.findMissed(ctx, "stack", len(w.newStacks), func(i int) *missed { return &w.newStacks[i] }, func(i int) error {
 		ns := &w.newStacks[i]
-		if ns.e.id == 0 {
-			w.fresh = append(w.fresh, i)
-		} else if err := w.touchStack(ctx, ns.key, ns.e, start); err != nil {
-			return err
-		}
+		return w.touchStack(ctx, ns.key, ns.e, start)
+	})
+	if err != nil {
+		return fmt.Errorf("stacks: %w", err)
 	}
-	err := w.insertRows(ctx, "stack", len(w.fresh), func(i int, a []any) []any {
+	err = w.insertRows(ctx, "stack", len(w.fresh), func(i int, a []any) []any {
 		ns := &w.newStacks[w.fresh[i]]
 		return append(a, ns.hash, start, []byte(ns.key))
 	}, func(i int, id int64) {
@@ -641,9 +629,10 @@ func (w *writer) touchStack(ctx context.Context, key string, e entry, start int6
 
 // findMissed looks up n items the caches missed, item(i) each, by their
 // hash with statement name+".batch", which returns each row's id, hash,
-// first, last and content, and gives those found their row.
-func (w *writer) findMissed(ctx context.Context, name string, n int, item func(i int) *missed) error {
-	return w.batch(ctx, name, n, func(i int) int64 { return item(i).hash }, func(rows *sql.Rows) error {
+// first, last and content. It gives those found their row and calls found
+// with each; the others' indexes it leaves in w.fresh.
+func (w *writer) findMissed(ctx context.Context, name string, n int, item func(i int) *missed, found func(i int) error) error {
+	err := w.batch(ctx, name, n, func(i int) int64 { return item(i).hash }, func(rows *sql.Rows) error {
 		var e entry
 		var h int64
 		var content []byte
@@ -657,6 +646,18 @@ func (w *writer) findMissed(ctx context.Context, name string, n int, item func(i
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("look up: %w", err)
+	}
+	w.fresh = w.fresh[:0]
+	for i := range n {
+		if item(i).e.id == 0 {
+			w.fresh = append(w.fresh, i)
+		} else if err := found(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // batch runs statement name+".batch" with the hashes of n items, which
