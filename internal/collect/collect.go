@@ -214,10 +214,8 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	if c.jit != nil && jvm {
 		c.jit(p.PID)
 	}
-	// Not a CPython process whose interpreter is unknown: its files would
-	// make the next ones quiet, their Python frames unread.
-	if np.Listed && !jvm && !errors.Is(err, python.ErrUnread) {
-		c.tellQuiet(np.Mappings, in)
+	if np.Listed && !jvm {
+		c.tellQuiet(np.Mappings, in, err)
 	}
 }
 
@@ -240,8 +238,14 @@ func (c *Collector) learnCgroups(key uint64, cg proc.Cgroups) {
 
 // tellQuiet tells the kernel of the files of listing that are matched, a
 // process that needed nothing more at once, or only its interpreter in
-// (nil: none), which it is told of first (SetQuiet).
-func (c *Collector) tellQuiet(listing []sampler.ListedMapping, in *python.Interpreter) {
+// (nil: none), which it is told of first (SetQuiet); in and pyErr are
+// what python.Finder.Find said of the process. Of a process whose
+// interpreter could not be read (python.ErrUnread), nothing: its files
+// would make the processes after it quiet, their Python frames unread.
+func (c *Collector) tellQuiet(listing []sampler.ListedMapping, in *python.Interpreter, pyErr error) {
+	if errors.Is(pyErr, python.ErrUnread) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.quiet == nil {
@@ -326,9 +330,8 @@ func (c *Collector) relisted(np sampler.NewProc) {
 	if p == nil || !np.Listed || isJVM(p) {
 		return
 	}
-	if in, err := c.pyFinder.Find(p); !errors.Is(err, python.ErrUnread) {
-		c.tellQuiet(np.Mappings, in) // as learn: the interpreter first
-	}
+	in, err := c.pyFinder.Find(p)
+	c.tellQuiet(np.Mappings, in, err)
 }
 
 // reread replaces the snapshot p of process image k by one with the

@@ -138,7 +138,7 @@ func TestQuietFiles(t *testing.T) {
 	// A CPython process's files are told of after its interpreter, as far
 	// from the mapping it was found by as in the process.
 	interp := &python.Interpreter{Runtime: exe.Start + 0x1234, Mapping: *exe}
-	c.tellQuiet(listing, interp)
+	c.tellQuiet(listing, interp, nil)
 	if got, ok := k.pythons[at]; !ok || got != 0x1234 {
 		t.Errorf("interpreter told at %+v: %#x (%v), want _PyRuntime %#x from the mapping's start", at, got, ok, 0x1234)
 	}
