@@ -786,7 +786,6 @@ struct walk {
 	__u64 *ips;
 	struct unwind_proc *proc;
 	__u32 tgid, generation;
-	__u32 n;
 	bool exact; // ip is where the code was, not a return address
 	bool complete;
 	bool fault;
@@ -796,6 +795,66 @@ struct walk {
 static __always_inline bool read_user(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr) == 0;
+}
+
+// A walk reads two words of each frame, up the stack. Read apart, they
+// cost 140 ns a frame of a python3 run's 70-frame walks, most of it the
+// read's own cost: the walk copies the aligned block they are in instead,
+// and reads the next frames from it (docs/BENCHMARKS.md). A block lies
+// within one page, so it is readable when the words are.
+#define STACK_BLOCK 2048
+_Static_assert(STACK_BLOCK <= 4096 && (STACK_BLOCK & (STACK_BLOCK - 1)) == 0,
+	       "a stack block is a power of two within a page");
+
+// The first bytes of a Python frame, where the fields a step reads are
+// (3.9's f_lasti ends at 108): one read of them, not three or four, one a
+// field.
+#define PY_FRAME_HEAD 128
+
+// What a walk keeps outside the BPF stack. Its depth is here, not in
+// struct walk: the verifier follows values on the stack exactly, and
+// checked bpf_loop's callback for each depth apart, 233,000 instructions
+// for the agent's program where it now checks 149,000 (its limit is a
+// million); it does not follow values in maps.
+struct walk_scratch {
+	__u32 n;	  // frames in the walk's ips
+	__u32 pad;
+	__u64 words[2];	  // read_stack's
+	__u64 block_addr; // where block was copied from; odd: nothing
+	__u8 block[STACK_BLOCK];
+	__u8 frame_head[PY_FRAME_HEAD + 8]; // a Python frame's (python_walk)
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct walk_scratch);
+} walk_scratch SEC(".maps");
+
+// read_stack copies the 16 bytes of the current task's stack at addr to
+// ws->words by way of ws's block; 0 when it did, else the read's error. A
+// global function: the verifier checks it once, not once for each path of
+// each step of a walk (inlined, it checked 787,000 instructions).
+__noinline int read_stack(struct walk_scratch *ws, __u64 addr)
+{
+	if (!ws)
+		return -1;
+	__u64 off = addr - ws->block_addr;
+	if (off > STACK_BLOCK - 16) {
+		__u64 start = addr & ~(__u64)(STACK_BLOCK - 1);
+		off = addr - start;
+		if (off > STACK_BLOCK - 16 || // across the block's end
+		    bpf_probe_read_user(ws->block, STACK_BLOCK, (const void *)start) != 0) {
+			ws->block_addr = 1;
+			return bpf_probe_read_user(ws->words, sizeof(ws->words), (const void *)addr);
+		}
+		ws->block_addr = start;
+	}
+	if (off > STACK_BLOCK - 16) // known above; the verifier's bound
+		return -1;
+	__builtin_memcpy(ws->words, ws->block + off, sizeof(ws->words));
+	return 0;
 }
 
 // The searches below are branch-free: a fixed number of halvings, each
@@ -907,11 +966,15 @@ static __always_inline void mark_stale(struct walk *w, bool in_user)
 static long walk_step(__u64 i, void *arg)
 {
 	struct walk *w = arg;
-	__u32 n = w->n;
+	__u32 zero = 0;
+	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!ws)
+		return 1;
+	__u32 n = ws->n;
 	if (n >= MAX_STACK_DEPTH || w->ip == 0)
 		return 1;
 	w->ips[n] = w->ip;
-	w->n = n + 1;
+	ws->n = n + 1;
 
 	// A return address is the instruction after the call, which may
 	// belong to the next function: look up the call's last byte.
@@ -962,17 +1025,21 @@ static long walk_step(__u64 i, void *arg)
 		return 1;
 	// The return address and the 8 bytes below it, where a frame pointer
 	// prologue leaves the caller's RBP: one read for both.
-	__u64 pair[2];
-	if (bpf_probe_read_user(pair, sizeof(pair), (const void *)(cfa - 16)) != 0) {
+	if (read_stack(ws, cfa - 16) != 0) {
 		w->fault = true;
 		return 1;
 	}
-	__u64 ra = pair[1];
+	__u64 ra = ws->words[1];
 	if (rbp_offset == -16) {
-		w->bp = pair[0];
-	} else if (rbp_offset && !read_user(&w->bp, cfa + rbp_offset)) {
-		w->fault = true;
-		return 1;
+		w->bp = ws->words[0];
+	} else if (rbp_offset) {
+		// Saved below the return address, as registers are: the 8
+		// bytes above it are the frame's too.
+		if (read_stack(ws, cfa + rbp_offset) != 0) {
+			w->fault = true;
+			return 1;
+		}
+		w->bp = ws->words[0];
 	}
 	w->sp = cfa;
 	w->ip = ra;
@@ -1016,6 +1083,12 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 		w.sp = regs->sp;
 		w.bp = regs->bp;
 	}
+	__u32 zero = 0;
+	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!ws)
+		return -1;
+	ws->n = 0;
+	ws->block_addr = 1; // another stack's, perhaps at the same addresses
 	count(STAT_UNWIND_WALKS);
 	bpf_loop(MAX_STACK_DEPTH, walk_step, &w, 0);
 	if (w.stale)
@@ -1024,7 +1097,7 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 		count(STAT_UNWIND_COMPLETE);
 	if (w.fault)
 		count(STAT_UNWIND_FAULTS);
-	return w.n;
+	return ws->n;
 }
 
 // store_stack puts s, whose hash is hash, in map (`stacks`, or
@@ -1094,8 +1167,30 @@ struct python_walk {
 	struct python_offsets *o;
 	__u64 frame;
 	__u64 *out;
+	__u8 *head;	// PY_FRAME_HEAD + 8 bytes
+	__u32 head_len; // bytes of a frame read: up to its last field read
 	__u32 n;
 };
+
+static __always_inline __u32 max_u32(__u32 a, __u32 b)
+{
+	return a > b ? a : b;
+}
+
+// head_field returns size bytes (1, 4 or 8) of the frame head read at off,
+// which python_frames checked is within head_len.
+static __always_inline __u64 head_field(__u8 *head, __u16 off, __u32 size)
+{
+	__u64 v = 0;
+	off &= PY_FRAME_HEAD - 1; // for the verifier
+	if (size == 1)
+		__builtin_memcpy(&v, head + off, 1);
+	else if (size == 4)
+		__builtin_memcpy(&v, head + off, 4);
+	else
+		__builtin_memcpy(&v, head + off, 8);
+	return v;
+}
 
 #define PY_OWNED_BY_CSTACK 3
 #define PY_INDEX_MAX ((1ULL << PY_FRAME_INDEX_BITS) - 1)
@@ -1107,14 +1202,14 @@ static long python_frame_step(__u64 i, void *arg)
 	__u32 n = w->n;
 	if (!w->frame || n >= PY_MAX_FRAMES)
 		return 1;
-	__u64 frame = w->frame, code, instr = 0;
-	if (!read_user(&code, frame + o->frame_code) ||
-	    !read_user(&w->frame, frame + o->frame_previous))
+	__u64 frame = w->frame, instr = 0;
+	__u32 len = w->head_len;
+	if (len == 0 || len > PY_FRAME_HEAD ||
+	    bpf_probe_read_user(w->head, len, (const void *)frame) != 0)
 		return 1;
-	__u8 owner = 0;
-	if (o->layout != PY_FRAME_OBJECT &&
-	    bpf_probe_read_user(&owner, sizeof(owner), (const void *)(frame + o->frame_owner)))
-		return 1;
+	__u64 code = head_field(w->head, o->frame_code, 8);
+	w->frame = head_field(w->head, o->frame_previous, 8);
+	__u8 owner = o->layout != PY_FRAME_OBJECT ? head_field(w->head, o->frame_owner, 1) : 0;
 	if (o->layout == PY_FRAME_OWNER && owner == PY_OWNED_BY_CSTACK) {
 		// A shim the eval loop pushes when C calls it: the frame
 		// before it (leaf side) was that call's outermost.
@@ -1124,14 +1219,10 @@ static long python_frame_step(__u64 i, void *arg)
 	}
 	bool entry = true;
 	if (o->layout == PY_FRAME_OBJECT) {
-		int lasti;
-		if (bpf_probe_read_user(&lasti, sizeof(lasti),
-					(const void *)(frame + o->frame_instr)))
-			return 1;
+		int lasti = head_field(w->head, o->frame_instr, 4);
 		instr = lasti > 0 ? lasti : 0;
 	} else {
-		if (!read_user(&instr, frame + o->frame_instr))
-			return 1;
+		instr = head_field(w->head, o->frame_instr, 8);
 		__u64 first = code + o->code_bytecode;
 		instr = instr > first ? (instr - first) / 2 : 0;
 		entry = o->layout == PY_FRAME_IS_ENTRY && owner;
@@ -1157,8 +1248,20 @@ __noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase,
 		return -1;
 	if (!out)
 		return 0;
+	__u32 zero = 0;
+	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!ws)
+		return 0;
+	struct python_offsets *o = &p->o;
+	__u32 len = o->frame_code + 8;
+	len = max_u32(len, o->frame_previous + 8);
+	len = max_u32(len, o->frame_instr + (o->layout == PY_FRAME_OBJECT ? 4 : 8));
+	if (o->layout != PY_FRAME_OBJECT)
+		len = max_u32(len, o->frame_owner + 1);
+	if (len > PY_FRAME_HEAD)
+		return 0; // not offsets flint has (internal/python)
 	__u64 tstate = python_tstate(p, tid, fsbase);
-	struct python_walk w = {.o = &p->o, .out = out->frames};
+	struct python_walk w = {.o = o, .out = out->frames, .head = ws->frame_head, .head_len = len};
 	if (!tstate || !read_user(&w.frame, tstate + p->o.tstate_frame)) {
 		count(STAT_PYTHON_NO_THREAD);
 		return 0;

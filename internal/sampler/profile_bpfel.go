@@ -308,6 +308,16 @@ type profileUnwindRow struct {
 	Pad       uint8
 }
 
+type profileWalkScratch struct {
+	_         structs.HostLayout
+	N         uint32
+	Pad       uint32
+	Words     [2]uint64
+	BlockAddr uint64
+	Block     [2048]uint8
+	FrameHead [136]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -337,6 +347,7 @@ const (
 	profileMapUnwindProcScratch        = "unwind_proc_scratch"
 	profileMapUnwindProcs              = "unwind_procs"
 	profileMapUnwindRows               = "unwind_rows"
+	profileMapWalkScratch              = "walk_scratch"
 	profileProgOnExec                  = "on_exec"
 	profileProgOnFork                  = "on_fork"
 	profileProgOnSwitch                = "on_switch"
@@ -446,6 +457,7 @@ type profileMapSpecs struct {
 	UnwindProcScratch *ebpf.MapSpec `ebpf:"unwind_proc_scratch"`
 	UnwindProcs       *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.MapSpec `ebpf:"unwind_rows"`
+	WalkScratch       *ebpf.MapSpec `ebpf:"walk_scratch"`
 }
 
 // profileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -525,6 +537,7 @@ type profileMaps struct {
 	UnwindProcScratch *ebpf.Map `ebpf:"unwind_proc_scratch"`
 	UnwindProcs       *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindRows        *ebpf.Map `ebpf:"unwind_rows"`
+	WalkScratch       *ebpf.Map `ebpf:"walk_scratch"`
 }
 
 func (m *profileMaps) Close() error {
@@ -554,6 +567,7 @@ func (m *profileMaps) Close() error {
 		m.UnwindProcScratch,
 		m.UnwindProcs,
 		m.UnwindRows,
+		m.WalkScratch,
 	)
 }
 
