@@ -28,8 +28,8 @@ var fileVersion = regexp.MustCompile(`^(?:lib)?python(\d+(?:\.\d+)?)[dmu]*(t?)[d
 // ("3.11", "3.13t" for a free-threaded build), "" for other files.
 func FileVersion(path string) string {
 	base := filepath.Base(path)
-	if !strings.Contains(base, "python") {
-		return "" // most files: no regular expression run
+	if !strings.HasPrefix(strings.TrimPrefix(base, "lib"), "python") {
+		return "" // most files, extension modules (_json.cpython-311-...) too: no regular expression run
 	}
 	if m := fileVersion.FindStringSubmatch(base); m != nil {
 		return m[1] + m[2]
