@@ -76,6 +76,34 @@ type code struct {
 	function, file string
 	firstLine      int
 	lineTable      []byte
+
+	// lines holds the lines found at instruction indexes: finding one
+	// reads the table from its start (a module's runs to kilobytes), and
+	// the same indexes come back sample after sample, and process after
+	// process of a code object shared by content. Found lines were 4% of
+	// the agent's CPU at ten python3 runs a second (docs/BENCHMARKS.md).
+	mu    sync.Mutex
+	lines map[uint32]int32
+}
+
+// maxLinesKept bounds the lines a code object keeps.
+const maxLinesKept = 1024
+
+// line returns the line of c at instruction index, for CPython 3.minor.
+func (c *code) line(minor int, index uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.lines[index]; ok {
+		return int(l)
+	}
+	l := Line(minor, c.lineTable, c.firstLine, index)
+	if c.lines == nil {
+		c.lines = map[uint32]int32{}
+	}
+	if len(c.lines) < maxLinesKept {
+		c.lines[index] = int32(l)
+	}
+	return l
 }
 
 // unreadable stands for every code object that could not be read.
@@ -192,7 +220,7 @@ func (p *Process) Frame(word uint64) symbol.Frame {
 		index /= 2 // f_lasti counts bytes
 	}
 	return symbol.Frame{Function: c.function, File: c.file, StartLine: c.firstLine,
-		Line: Line(p.interp.Minor, c.lineTable, c.firstLine, index)}
+		Line: c.line(p.interp.Minor, index)}
 }
 
 // Remember reads the code object of frame word now, while its process

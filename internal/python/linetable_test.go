@@ -75,6 +75,17 @@ func TestLine(t *testing.T) {
 						break
 					}
 				}
+				// A code object's lines, found and then kept, read
+				// back to front twice.
+				kept := &code{firstLine: c.FirstLine, lineTable: c.Table}
+				for pass := range 2 {
+					for i := len(c.Lines) - 1; i >= 0; i-- {
+						if got := kept.line(py.minor, uint32(i)); got != c.Lines[i] {
+							t.Errorf("%s, pass %d: line(%d) = %d, want %d", c.Name, pass, i, got, c.Lines[i])
+							break
+						}
+					}
+				}
 			}
 		})
 	}
