@@ -840,8 +840,10 @@ __noinline int read_stack(struct walk_scratch *ws, __u64 addr)
 {
 	if (!ws)
 		return -1;
+	// An odd block_addr is no block: addresses just above it must not
+	// read the bytes left from another stack.
 	__u64 off = addr - ws->block_addr;
-	if (off > STACK_BLOCK - 16) {
+	if ((ws->block_addr & 1) || off > STACK_BLOCK - 16) {
 		__u64 start = addr & ~(__u64)(STACK_BLOCK - 1);
 		off = addr - start;
 		if (off > STACK_BLOCK - 16 || // across the block's end
