@@ -785,6 +785,7 @@ struct walk {
 	__u64 ip, sp, bp;
 	__u64 *ips;
 	struct unwind_proc *proc;
+	struct walk_scratch *ws;
 	__u32 tgid, generation;
 	bool exact; // ip is where the code was, not a return address
 	bool complete;
@@ -798,10 +799,11 @@ static __always_inline bool read_user(__u64 *dst, __u64 addr)
 }
 
 // A walk reads two words of each frame, up the stack. Read apart, they
-// cost 140 ns a frame of a python3 run's 70-frame walks, most of it the
-// read's own cost: the walk copies the aligned block they are in instead,
-// and reads the next frames from it (docs/BENCHMARKS.md). A block lies
-// within one page, so it is readable when the words are.
+// cost 177 ns a frame of a python3 run's 70-frame walks (timed, the
+// timer's own cost in): the walk copies the aligned block they are in
+// instead, and reads the next frames from it, 79 ns a frame
+// (docs/BENCHMARKS.md). A block lies within one page, so
+// it is readable when the words are.
 #define STACK_BLOCK 2048
 _Static_assert(STACK_BLOCK <= 4096 && (STACK_BLOCK & (STACK_BLOCK - 1)) == 0,
 	       "a stack block is a power of two within a page");
@@ -814,7 +816,7 @@ _Static_assert(STACK_BLOCK <= 4096 && (STACK_BLOCK & (STACK_BLOCK - 1)) == 0,
 // What a walk keeps outside the BPF stack. Its depth is here, not in
 // struct walk: the verifier follows values on the stack exactly, and
 // checked bpf_loop's callback for each depth apart, 233,000 instructions
-// for the agent's program where it now checks 149,000 (its limit is a
+// for the agent's program where it now checks 156,000 (its limit is a
 // million); it does not follow values in maps.
 struct walk_scratch {
 	__u32 n;	  // frames in the walk's ips
@@ -968,10 +970,7 @@ static __always_inline void mark_stale(struct walk *w, bool in_user)
 static long walk_step(__u64 i, void *arg)
 {
 	struct walk *w = arg;
-	__u32 zero = 0;
-	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
-	if (!ws)
-		return 1;
+	struct walk_scratch *ws = w->ws;
 	__u32 n = ws->n;
 	if (n >= MAX_STACK_DEPTH || w->ip == 0)
 		return 1;
@@ -1068,7 +1067,11 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 		learn_lack(seen, LACKS_UNWIND);
 		return -1;
 	}
-	struct walk w = {.ips = ips, .proc = p, .tgid = tgid, .generation = gen, .exact = true};
+	__u32 zero = 0;
+	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
+	if (!ws)
+		return -1;
+	struct walk w = {.ips = ips, .proc = p, .ws = ws, .tgid = tgid, .generation = gen, .exact = true};
 	if (in_user) {
 		// Loads at fixed offsets of the context, as the verifier wants.
 		struct bpf_perf_event_data *pe = ctx;
@@ -1085,10 +1088,6 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 		w.sp = regs->sp;
 		w.bp = regs->bp;
 	}
-	__u32 zero = 0;
-	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
-	if (!ws)
-		return -1;
 	ws->n = 0;
 	ws->block_addr = 1; // another stack's, perhaps at the same addresses
 	count(STAT_UNWIND_WALKS);
