@@ -563,8 +563,8 @@ func TestEqualItemsOneRow(t *testing.T) {
 	s.Close()
 	s = openTest(t, dir, testOptions())
 	write(t, s, window(1))
-	if n, m := count(t, s, "locations"), count(t, s, "stacks"); n != 1 || m != 1 {
-		t.Errorf("%d locations and %d stacks stored, want 1 and 1", n, m)
+	if n, m, f := count(t, s, "locations"), count(t, s, "stacks"), count(t, s, "functions"); n != 1 || m != 1 || f != 1 {
+		t.Errorf("%d locations, %d stacks and %d functions stored, want 1 of each", n, m, f)
 	}
 	got := query(t, s, Query{From: t0, To: t0.Add(2 * wlWindow)})
 	if diff := compare(canonical(got.Samples), canonical(append(window(0).Samples, window(1).Samples...))); diff != "" {
@@ -572,8 +572,8 @@ func TestEqualItemsOneRow(t *testing.T) {
 	}
 }
 
-// TestManyNewItems writes windows of more new label sets, stacks and
-// locations than one insert statement takes (maxRowsAnInsert), as a
+// TestManyNewItems writes windows of more new label sets, stacks,
+// locations and functions than one insert statement takes (maxRowsAnInsert), as a
 // window of new processes has: each must read back as written, before
 // and after a restart (the caches empty, the rows found in the store).
 func TestManyNewItems(t *testing.T) {
@@ -593,8 +593,8 @@ func TestManyNewItems(t *testing.T) {
 	s.Close()
 	s = openTest(t, dir, testOptions())
 	write(t, s, window(1, 3*maxRowsAnInsert+5))
-	if n, m, l := count(t, s, "locations"), count(t, s, "stacks"), count(t, s, "labelsets"); n != 3*maxRowsAnInsert+6 || m != 3*maxRowsAnInsert+5 || l != m {
-		t.Errorf("%d locations, %d stacks, %d label sets stored; want %d, %d, %d", n, m, l, 3*maxRowsAnInsert+6, 3*maxRowsAnInsert+5, 3*maxRowsAnInsert+5)
+	if n, m, l, f := count(t, s, "locations"), count(t, s, "stacks"), count(t, s, "labelsets"), count(t, s, "functions"); n != 3*maxRowsAnInsert+6 || m != 3*maxRowsAnInsert+5 || l != m || f != n {
+		t.Errorf("%d locations, %d stacks, %d label sets, %d functions stored; want %d, %d, %d, %[5]d", n, m, l, f, 3*maxRowsAnInsert+6, 3*maxRowsAnInsert+5, 3*maxRowsAnInsert+5)
 	}
 	got := query(t, s, Query{From: t0, To: t0.Add(2 * wlWindow)})
 	want := slices.Concat(window(0, 2*maxRowsAnInsert+37).Samples, window(1, 3*maxRowsAnInsert+5).Samples)

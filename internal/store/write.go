@@ -125,13 +125,16 @@ type writer struct {
 	mapMemo   map[*profile.Mapping]int64
 	labelMemo map[unsafe.Pointer]int64
 	triples   []triple
-	kept      []*profile.Sample // the samples of triples
-	newLocs   []newLoc          // locations the caches missed
-	newStacks []missed          // stacks the caches missed
-	newStack  map[string]int    // their index in newStacks, by key
-	newLabels []newLabels       // label sets the cache missed
-	newLabel  map[string]int    // their index in newLabels, by key
-	found     map[int64][]int   // items missed, by hash
+	kept      []*profile.Sample   // the samples of triples
+	pending   []*profile.Location // locations the caches missed, their functions not all known
+	newFuncs  []newFunc           // functions the cache missed
+	funcIDs   map[funcKey]int64   // the window's functions: cached, found or stored
+	newLocs   []newLoc            // locations the caches missed
+	newStacks []missed            // stacks the caches missed
+	newStack  map[string]int      // their index in newStacks, by key
+	newLabels []newLabels         // label sets the cache missed
+	newLabel  map[string]int      // their index in newLabels, by key
+	found     map[int64][]int     // items missed, by hash
 	locIDs    []int64
 	pairs     []stackCount
 	names     []string
@@ -143,6 +146,15 @@ type writer struct {
 }
 
 type triple struct{ labels, stack, count int64 }
+
+// newFunc is a function that the cache misses, looked up with the window's
+// others; id is 0 until it is found or stored.
+type newFunc struct {
+	f         symbol.Frame // its first frame in the window: the start line stored
+	hash      int64
+	id        int64
+	startLine int64 // as stored, when found
+}
 
 // newLoc is a location that the caches miss, looked up with the window's
 // others; id is 0 until it is found or stored.
@@ -174,8 +186,7 @@ type newLabels struct {
 // statements the writer prepares once on its connection.
 var writerStatements = map[string]string{
 	"window":       `INSERT INTO windows (start, duration, period, samples, type) VALUES (?, ?, ?, ?, ?)`,
-	"func.find":    `SELECT id, start_line FROM functions WHERE hash = ? AND name = ? AND file = ?`,
-	"func.add":     `INSERT INTO functions (hash, name, file, start_line) VALUES (?, ?, ?, ?)`,
+	"func.batch":   `SELECT id, hash, start_line, name, file FROM functions WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY id`,
 	"func.start":   `UPDATE functions SET start_line = ? WHERE id = ?`,
 	"mapping.find": `SELECT id FROM mappings WHERE hash = ? AND start_addr = ? AND limit_addr = ? AND file_offset = ? AND file = ? AND build_id = ? AND kernel = ?`,
 	"mapping.add":  `INSERT INTO mappings (hash, start_addr, limit_addr, file_offset, file, build_id, kernel) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -194,6 +205,7 @@ var writerStatements = map[string]string{
 // docs/BENCHMARKS.md).
 var rowInserts = map[string]struct{ head, row string }{
 	"sample": {`INSERT INTO samples (start, window, labels, total, stacks) VALUES `, `(?, ?, ?, ?, ?)`},
+	"func":   {`INSERT INTO functions (hash, name, file, start_line) VALUES `, `(?, ?, ?, ?)`},
 	"loc":    {`INSERT INTO locations (hash, mapping, address, frames) VALUES `, `(?, ?, ?, coalesce(?, x''))`},
 	"stack":  {`INSERT INTO stacks (hash, last, locations) VALUES `, `(?, ?, coalesce(?, x''))`},
 	"labels": {`INSERT INTO labelsets (hash, first, last, labels) VALUES `, `(?, ?, ?, coalesce(?, x''))`},
@@ -221,6 +233,7 @@ func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
 	w.newStack = map[string]int{}
 	w.newLabel = map[string]int{}
 	w.firstLoc = map[framesKey]int{}
+	w.funcIDs = map[funcKey]int64{}
 	w.found = map[int64][]int{}
 	w.locMemo = map[*profile.Location]int64{}
 	w.mapMemo = map[*profile.Mapping]int64{}
@@ -353,6 +366,9 @@ func (w *writer) write(ctx context.Context, p *profile.Profile) error {
 		clear(w.newLabel)
 		clear(w.newLabels) // drop their maps
 		clear(w.firstLoc)
+		clear(w.funcIDs)
+		clear(w.pending)
+		clear(w.newFuncs) // drop their strings
 		clear(w.found)
 		clear(w.newLocs) // drop their pointers
 		clear(w.kept)
@@ -375,6 +391,7 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 	ctx = context.WithoutCancel(ctx)
 	start := p.Start.UnixNano()
 	w.triples, w.kept, w.newLocs, w.newStacks, w.newLabels = w.triples[:0], w.kept[:0], w.newLocs[:0], w.newStacks[:0], w.newLabels[:0]
+	w.pending, w.newFuncs = w.pending[:0], w.newFuncs[:0]
 	var total int64
 	for i, s := range p.Samples {
 		if err := end.Err(); err != nil {
@@ -401,6 +418,12 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 	}
 	if err := w.addLabelSets(ctx, start); err != nil {
 		return err
+	}
+	if err := w.addFunctions(ctx); err != nil {
+		return err
+	}
+	for _, l := range w.pending {
+		w.locationByFrames(l)
 	}
 	if err := w.addLocations(ctx); err != nil {
 		return err
@@ -693,8 +716,9 @@ func (w *writer) batch(ctx context.Context, name string, n int, hash func(int) i
 	return rows.Err()
 }
 
-// location learns the id of a location from the caches, or queues it for
-// addLocations, storing its mapping and functions if new.
+// location learns the id of a location from the caches, or, storing its
+// mapping if new, queues it for locationByFrames once its functions are
+// known (addFunctions), and those of its functions the cache misses.
 func (w *writer) location(ctx context.Context, l *profile.Location) error {
 	if l == nil {
 		return errors.New("nil location on a stack")
@@ -714,25 +738,93 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 		w.locMemo[l] = e.id
 		return nil
 	}
+	w.locMemo[l] = 0 // until addLocations
+	w.pending = append(w.pending, l)
+	for _, f := range l.Frames {
+		k := funcKey{f.Function, f.File}
+		if _, ok := w.funcIDs[k]; ok {
+			continue
+		}
+		if e, ok := w.funcs.m[k]; ok {
+			w.funcIDs[k] = e.id
+			continue
+		}
+		w.funcIDs[k] = 0 // until addFunctions
+		w.key = appendString(appendString(w.key[:0], f.Function), f.File)
+		w.newFuncs = append(w.newFuncs, newFunc{f: f, hash: hash64(w.key)})
+	}
+	return nil
+}
+
+// locationByFrames gives location l, whose functions are known, the id of
+// the stored location alike if cached, or queues it for addLocations.
+func (w *writer) locationByFrames(l *profile.Location) {
+	var mapping int64
+	if l.Mapping != nil {
+		mapping = w.mapMemo[l.Mapping]
+	}
 	var k []byte
 	for _, f := range l.Frames {
-		fn, err := w.function(ctx, f)
-		if err != nil {
-			return err
-		}
-		k = binary.AppendUvarint(k, uint64(fn))
+		k = binary.AppendUvarint(k, uint64(w.funcIDs[funcKey{f.Function, f.File}]))
 		k = binary.AppendUvarint(k, uint64(int64(f.Line)))
 	}
+	lk := locKey{mapping, l.Address}
 	fk := framesKey{mapping, string(k)}
 	if id, ok := w.byFrames.m[fk]; ok {
 		remember(w, &w.locations, lk, locEntry{id, slices.Clone(l.Frames)})
 		w.locMemo[l] = id
-		return nil
+		return
 	}
 	// The hash covers what identifies the row: its frames and mapping.
 	h := hash64(binary.AppendUvarint(slices.Clip(k), uint64(mapping)))
-	w.locMemo[l] = 0 // until addLocations
 	w.newLocs = append(w.newLocs, newLoc{l: l, key: lk, fk: fk, hash: h})
+}
+
+// addFunctions looks up the window's functions that the cache missed,
+// in one query, and inserts those the store does not have.
+func (w *writer) addFunctions(ctx context.Context) error {
+	err := w.batch(ctx, "func", len(w.newFuncs), func(i int) int64 { return w.newFuncs[i].hash }, func(rows *sql.Rows) error {
+		var id, h, startLine int64
+		var name, file string
+		if err := rows.Scan(&id, &h, &startLine, &name, &file); err != nil {
+			return err
+		}
+		for _, i := range w.found[h] {
+			nf := &w.newFuncs[i]
+			if nf.id != 0 || nf.f.Function != name || nf.f.File != file {
+				continue
+			}
+			nf.id, nf.startLine = id, startLine
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look up functions: %w", err)
+	}
+	w.fresh = w.fresh[:0]
+	for i := range w.newFuncs {
+		switch nf := &w.newFuncs[i]; {
+		case nf.id == 0:
+			w.fresh = append(w.fresh, i)
+		case nf.startLine == 0 && nf.f.StartLine != 0:
+			// Stored by a flint that did not keep start lines.
+			if _, err := w.st["func.start"].ExecContext(ctx, nf.f.StartLine, nf.id); err != nil {
+				return fmt.Errorf("update function: %w", err)
+			}
+		}
+	}
+	err = w.insertRows(ctx, "func", len(w.fresh), func(i int, a []any) []any {
+		nf := &w.newFuncs[w.fresh[i]]
+		return append(a, nf.hash, nf.f.Function, nf.f.File, nf.f.StartLine)
+	}, func(i int, id int64) { w.newFuncs[w.fresh[i]].id = id })
+	if err != nil {
+		return fmt.Errorf("insert functions: %w", err)
+	}
+	for _, nf := range w.newFuncs {
+		k := funcKey{nf.f.Function, nf.f.File}
+		w.funcIDs[k] = nf.id
+		remember(w, &w.funcs, k, entry{id: nf.id})
+	}
 	return nil
 }
 
@@ -786,37 +878,6 @@ func (w *writer) addLocations(ctx context.Context) error {
 		w.locMemo[nl.l] = nl.id
 	}
 	return nil
-}
-
-func (w *writer) function(ctx context.Context, f symbol.Frame) (int64, error) {
-	k := funcKey{f.Function, f.File}
-	if e, ok := w.funcs.m[k]; ok {
-		return e.id, nil
-	}
-	hk := appendString(appendString(nil, f.Function), f.File)
-	h := hash64(hk)
-	var e entry
-	var startLine int
-	err := w.st["func.find"].QueryRowContext(ctx, h, f.Function, f.File).Scan(&e.id, &startLine)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		res, err := w.st["func.add"].ExecContext(ctx, h, f.Function, f.File, f.StartLine)
-		if err != nil {
-			return 0, fmt.Errorf("insert function: %w", err)
-		}
-		if e.id, err = res.LastInsertId(); err != nil {
-			return 0, err
-		}
-	case err != nil:
-		return 0, fmt.Errorf("look up function: %w", err)
-	case startLine == 0 && f.StartLine != 0:
-		// Stored by a flint that did not keep start lines.
-		if _, err := w.st["func.start"].ExecContext(ctx, f.StartLine, e.id); err != nil {
-			return 0, fmt.Errorf("update function: %w", err)
-		}
-	}
-	remember(w, &w.funcs, k, e)
-	return e.id, nil
 }
 
 func (w *writer) mapping(ctx context.Context, m *profile.Mapping) (int64, error) {
