@@ -67,8 +67,8 @@ func (s *SQLite) compact(ctx context.Context) error {
 	}
 	// A checkpoint syncs the WAL first, so it bounds what a power loss can
 	// take (synchronous=NORMAL syncs nothing at commit) to the windows
-	// since the last compaction; SQLite's own checkpoints come only every
-	// 1000 pages, about 140 windows. PASSIVE: it waits for no reader.
+	// since the last compaction; SQLite's own come only at
+	// autoCheckpointPages. PASSIVE: it waits for no reader.
 	return s.locked(func() error {
 		var busy, logPages, done int
 		if err := s.w.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logPages, &done); err != nil {

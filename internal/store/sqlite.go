@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -191,7 +192,8 @@ func (s *SQLite) openDBs(ctx context.Context) (err error) {
 	const common = "_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=temp_store(memory)"
 	s.wdb, err = sql.Open("sqlite", s.path+"?"+common+
 		"&_auto_vacuum=INCREMENTAL&_journal_mode=WAL&_txlock=immediate"+
-		"&_pragma=journal_size_limit(67108864)&_pragma=cache_size(-8192)")
+		"&_pragma=journal_size_limit(67108864)&_pragma=cache_size(-8192)"+
+		"&_pragma=wal_autocheckpoint("+strconv.Itoa(autoCheckpointPages(s.opts.MaxSize))+")")
 	if err != nil {
 		return err
 	}
@@ -234,6 +236,25 @@ func (s *SQLite) resetCaches() {
 	s.read.functions = map[int64]symbol.Frame{}
 	s.read.mappings = map[int64]profile.Mapping{}
 	s.read.mu.Unlock()
+}
+
+// autoCheckpointPages is how many pages the WAL grows to before SQLite
+// checkpoints it, for a store of maxSize bytes (0: no limit). A checkpoint
+// writes each page in the WAL once, and syncs. A window of new processes
+// dirties about a page of a hash index for each row it adds, over a
+// thousand in a large store, so at SQLite's default of 1000 pages every
+// such window was checkpointed; at 16,384 pages (64 MiB) storing a new
+// process cost a fifth less (BenchmarkWriteNewProcs over 2,000 windows,
+// docs/BENCHMARKS.md). Compaction's checkpoint, every CompactInterval,
+// comes first when sooner (in the agent, every minute). The WAL counts
+// towards maxSize: it is meant to take no more than a sixteenth of it,
+// and never checkpoints sooner than at SQLite's default.
+func autoCheckpointPages(maxSize int64) int {
+	const pageSize, fewest, most = 4096, 1000, 16384
+	if maxSize <= 0 {
+		return most
+	}
+	return int(min(max(maxSize/16/pageSize, fewest), most))
 }
 
 // errDamaged reports a database that PRAGMA quick_check finds damaged.

@@ -640,6 +640,32 @@ func TestAlikeLocationsOneRow(t *testing.T) {
 	}
 }
 
+// TestAutoCheckpoint opens stores of several size limits: the writer's WAL
+// checkpoints at a sixteenth of the limit, between SQLite's default 1000
+// pages and 16,384.
+func TestAutoCheckpoint(t *testing.T) {
+	for _, tt := range []struct {
+		maxSize int64
+		pages   int
+	}{
+		{0, 16384}, // no limit
+		{1 << 30, 16384},
+		{100 << 20, 1600},
+		{2 << 20, 1000},
+	} {
+		o := testOptions()
+		o.MaxSize = tt.maxSize
+		s := openTest(t, t.TempDir(), o)
+		var pages int
+		if err := s.w.conn.QueryRowContext(context.Background(), `PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
+			t.Fatal(err)
+		}
+		if pages != tt.pages {
+			t.Errorf("MaxSize %d: the WAL checkpoints at %d pages, want %d", tt.maxSize, pages, tt.pages)
+		}
+	}
+}
+
 func count(t *testing.T, s *SQLite, table string) int {
 	t.Helper()
 	var n int
