@@ -244,7 +244,7 @@ func (s *SQLite) resetCaches() {
 // dirties about a page of a hash index for each row it adds, over a
 // thousand in a large store, so at SQLite's default of 1000 pages every
 // such window was checkpointed; at 16,384 pages (64 MiB) storing a new
-// process cost a fifth less (BenchmarkWriteNewProcs over 2,000 windows,
+// process cost 17% less (BenchmarkWriteNewProcs over 2,000 windows,
 // docs/BENCHMARKS.md). Compaction's checkpoint, every CompactInterval,
 // comes first when sooner (in the agent, every minute). The WAL counts
 // towards maxSize: it is meant to take no more than a sixteenth of it,

@@ -125,16 +125,16 @@ type writer struct {
 	mapMemo   map[*profile.Mapping]int64
 	labelMemo map[unsafe.Pointer]int64
 	triples   []triple
-	kept      []*profile.Sample   // the samples of triples
-	pending   []*profile.Location // locations the caches missed, their functions not all known
-	newFuncs  []newFunc           // functions the cache missed
-	funcIDs   map[funcKey]int64   // the window's functions: cached, found or stored
-	newLocs   []newLoc            // locations the caches missed
-	newStacks []missed            // stacks the caches missed
-	newStack  map[string]int      // their index in newStacks, by key
-	newLabels []newLabels         // label sets the cache missed
-	newLabel  map[string]int      // their index in newLabels, by key
-	found     map[int64][]int     // items missed, by hash
+	kept      []*profile.Sample // the samples of triples
+	pending   []newLoc          // locations the caches missed, until their functions are known (l and key set)
+	newFuncs  []newFunc         // functions the cache missed
+	funcIDs   map[funcKey]int64 // the window's functions: cached, found or stored
+	newLocs   []newLoc          // locations the caches missed
+	newStacks []missed          // stacks the caches missed
+	newStack  map[string]int    // their index in newStacks, by key
+	newLabels []newLabels       // label sets the cache missed
+	newLabel  map[string]int    // their index in newLabels, by key
+	found     map[int64][]int   // items missed, by hash
 	locIDs    []int64
 	pairs     []stackCount
 	names     []string
@@ -422,8 +422,8 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 	if err := w.addFunctions(ctx); err != nil {
 		return err
 	}
-	for _, l := range w.pending {
-		w.locationByFrames(l)
+	for _, nl := range w.pending {
+		w.locationByFrames(nl)
 	}
 	if err := w.addLocations(ctx); err != nil {
 		return err
@@ -739,7 +739,7 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 		return nil
 	}
 	w.locMemo[l] = 0 // until addLocations
-	w.pending = append(w.pending, l)
+	w.pending = append(w.pending, newLoc{l: l, key: lk})
 	for _, f := range l.Frames {
 		k := funcKey{f.Function, f.File}
 		if _, ok := w.funcIDs[k]; ok {
@@ -756,28 +756,24 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 	return nil
 }
 
-// locationByFrames gives location l, whose functions are known, the id of
-// the stored location alike if cached, or queues it for addLocations.
-func (w *writer) locationByFrames(l *profile.Location) {
-	var mapping int64
-	if l.Mapping != nil {
-		mapping = w.mapMemo[l.Mapping]
-	}
+// locationByFrames gives pending location nl, whose functions are known,
+// the id of the stored location alike if cached, or queues it for
+// addLocations.
+func (w *writer) locationByFrames(nl newLoc) {
 	var k []byte
-	for _, f := range l.Frames {
+	for _, f := range nl.l.Frames {
 		k = binary.AppendUvarint(k, uint64(w.funcIDs[funcKey{f.Function, f.File}]))
 		k = binary.AppendUvarint(k, uint64(int64(f.Line)))
 	}
-	lk := locKey{mapping, l.Address}
-	fk := framesKey{mapping, string(k)}
-	if id, ok := w.byFrames.m[fk]; ok {
-		remember(w, &w.locations, lk, locEntry{id, slices.Clone(l.Frames)})
-		w.locMemo[l] = id
+	nl.fk = framesKey{nl.key.mapping, string(k)}
+	if id, ok := w.byFrames.m[nl.fk]; ok {
+		remember(w, &w.locations, nl.key, locEntry{id, slices.Clone(nl.l.Frames)})
+		w.locMemo[nl.l] = id
 		return
 	}
 	// The hash covers what identifies the row: its frames and mapping.
-	h := hash64(binary.AppendUvarint(slices.Clip(k), uint64(mapping)))
-	w.newLocs = append(w.newLocs, newLoc{l: l, key: lk, fk: fk, hash: h})
+	nl.hash = hash64(binary.AppendUvarint(slices.Clip(k), uint64(nl.key.mapping)))
+	w.newLocs = append(w.newLocs, nl)
 }
 
 // addFunctions looks up the window's functions that the cache missed,
