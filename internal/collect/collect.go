@@ -208,7 +208,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 		c.learnCgroups(np.Cgroups, p.Cgroups())
 	}
 	c.mu.Unlock()
-	in, err := c.learnPython(k, p)
+	in, err := c.learnPython(k, p, np)
 	c.notePython(err)
 	jvm := isJVM(p)
 	if c.jit != nil && jvm {
@@ -468,9 +468,17 @@ func (c *Collector) Forget(round uint64) {
 		}
 	}
 	c.mu.Unlock()
+	// The images of one PID (before and after an exec) share its process:
+	// its start time is read once.
+	starts := map[uint32]startTime{}
 	for _, k := range stale {
-		if alive(int(k.pid), c.entry(k)) {
-			continue
+		st, ok := starts[k.pid]
+		if !ok {
+			st.ticks, st.err = proc.StartTime(int(k.pid))
+			starts[k.pid] = st
+		}
+		if p := c.entry(k); st.err == nil && p != nil && st.ticks == p.StartTime {
+			continue // still runs under its PID
 		}
 		c.mu.Lock()
 		c.drop(k)
@@ -504,10 +512,10 @@ func (c *Collector) entry(k procKey) *proc.Process {
 	return nil
 }
 
-// alive reports whether the process p still runs under its PID.
-func alive(pid int, p *proc.Process) bool {
-	start, err := proc.StartTime(pid)
-	return err == nil && p != nil && start == p.StartTime
+// startTime is what proc.StartTime read of a PID.
+type startTime struct {
+	ticks uint64
+	err   error
 }
 
 // Filter decides from a sample's labels whether a profile keeps it; nil
@@ -565,6 +573,7 @@ func (c *Collector) builder() *builder {
 	return &builder{c: c,
 		locs:      map[locKey]*profile.Location{},
 		pyLocs:    map[symbol.Frame]*profile.Location{},
+		pyIDs:     map[python.FrameID]*profile.Location{},
 		mappings:  map[*proc.Mapping]*mappingBias{},
 		linked:    map[linkedKey]*profile.Mapping{},
 		kernMaps:  map[string]*profile.Mapping{},
@@ -573,7 +582,6 @@ func (c *Collector) builder() *builder {
 		merged:    map[mergeKey]*profile.Sample{},
 		refreshed: map[procKey]bool{},
 		jitAsked:  map[procKey]bool{},
-		ids:       map[*profile.Location]int{},
 		labelSets: map[labelSetKey]map[string]string{},
 	}
 }
@@ -591,6 +599,7 @@ func (c *Collector) keepBuilder(b *builder) {
 	}
 	clear(b.locs)
 	clear(b.pyLocs)
+	clear(b.pyIDs)
 	clear(b.mappings)
 	clear(b.linked)
 	clear(b.kernMaps)
@@ -599,30 +608,31 @@ func (c *Collector) keepBuilder(b *builder) {
 	clear(b.merged)
 	clear(b.refreshed)
 	clear(b.jitAsked)
-	clear(b.ids)
 	clear(b.labelSets)
+	b.lastLinked = lastLinked{}
 	c.mu.Lock()
 	c.spare = b
 	c.mu.Unlock()
 }
 
 type builder struct {
-	c         *Collector
-	round     uint64
-	threadIDs bool
-	locs      map[locKey]*profile.Location
-	pyLocs    map[symbol.Frame]*profile.Location // Python frames by what names them
-	mappings  map[*proc.Mapping]*mappingBias
-	linked    map[linkedKey]*profile.Mapping // shared by the processes of a binary
-	kernMaps  map[string]*profile.Mapping
-	stacks    map[stackKey]namedStack
-	stackIDs  map[string]int // a stack's location numbers -> its id
-	merged    map[mergeKey]*profile.Sample
-	refreshed map[procKey]bool
-	jitAsked  map[procKey]bool // JVMs whose JIT map this Profile asked for
-	ids       map[*profile.Location]int
-	labelSets map[labelSetKey]map[string]string
-	key       []byte // a stack's location numbers, scratch
+	c          *Collector
+	round      uint64
+	threadIDs  bool
+	locs       map[locKey]*profile.Location
+	pyLocs     map[symbol.Frame]*profile.Location // Python frames by what names them
+	pyIDs      map[python.FrameID]*profile.Location
+	mappings   map[*proc.Mapping]*mappingBias
+	linked     map[linkedKey]*profile.Mapping // shared by the processes of a binary
+	kernMaps   map[string]*profile.Mapping
+	stacks     map[stackKey]namedStack
+	stackIDs   map[string]int // a stack's location pointers -> its id
+	merged     map[mergeKey]*profile.Sample
+	refreshed  map[procKey]bool
+	jitAsked   map[procKey]bool // JVMs whose JIT map this Profile asked for
+	labelSets  map[labelSetKey]map[string]string
+	key        []byte // a stack's location pointers, scratch
+	lastLinked lastLinked
 }
 
 // locKey identifies a location by the process it was sampled in (nil for
@@ -760,10 +770,11 @@ func (b *builder) stack(s *sampler.Sample) namedStack {
 	if s.StackLost {
 		locs = append(locs, lostStack)
 	}
-	// Equal stacks in distinct slices get one id from their locations.
+	// Equal stacks in distinct slices get one id from their locations:
+	// one pointer each for the builder's life (its maps hold them).
 	b.key = b.key[:0]
 	for _, l := range locs {
-		b.key = binary.LittleEndian.AppendUint32(b.key, uint32(b.id(l)))
+		b.key = binary.LittleEndian.AppendUint64(b.key, uint64(uintptr(unsafe.Pointer(l))))
 	}
 	id, ok := b.stackIDs[string(b.key)]
 	if !ok {
@@ -856,14 +867,27 @@ func (b *builder) linkedOf(p *proc.Process, addr uint64, isReturn bool) *mapping
 	if isReturn && lookup > 0 {
 		lookup--
 	}
+	// A stack's frames run mostly in a few mappings, one after another.
+	if last := b.lastLinked; last.p == p && last.m != nil && lookup >= last.m.Start && lookup < last.m.End {
+		return last.pm
+	}
 	m := p.Find(lookup)
 	if m == nil || m.Inode == 0 && m.Path != "[vdso]" {
 		return nil
 	}
-	if pm := b.mappingOf(m); pm.linked {
-		return pm
+	pm := b.mappingOf(m)
+	if !pm.linked {
+		return nil
 	}
-	return nil
+	b.lastLinked = lastLinked{p, m, pm}
+	return pm
+}
+
+// lastLinked is the mapping linkedOf found last, of process p.
+type lastLinked struct {
+	p  *proc.Process
+	m  *proc.Mapping
+	pm *mappingBias
 }
 
 // mappingOf returns the profile mapping of m, made once per Profile.
@@ -910,14 +934,4 @@ type mappingBias struct {
 	*profile.Mapping
 	bias   uint64
 	linked bool
-}
-
-// id numbers locations so a stack has a compact merge key.
-func (b *builder) id(l *profile.Location) int {
-	n, ok := b.ids[l]
-	if !ok {
-		n = len(b.ids)
-		b.ids[l] = n
-	}
-	return n
 }

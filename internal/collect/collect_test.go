@@ -67,8 +67,11 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	c := New(sym, "")
 	child, _ := startSleep(t)
 	sleep := exeKey(t, child.Process.Pid)
-	c.NewProc(uint32(child.Process.Pid), 1)
-	c.NewProc(uint32(os.Getpid()), 1)
+	// Two images of each process, as before and after an exec.
+	for gen := uint32(1); gen <= 2; gen++ {
+		c.NewProc(uint32(child.Process.Pid), gen)
+		c.NewProc(uint32(os.Getpid()), gen)
+	}
 	if !c.Maps(sleep) || !c.Maps(exeKey(t, os.Getpid())) {
 		t.Fatal("the executables of known processes are not reported mapped")
 	}
@@ -83,6 +86,9 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	}
 	if !c.Maps(exeKey(t, os.Getpid())) {
 		t.Error("the executable of a live process is no longer reported mapped")
+	}
+	if n := c.Processes(); n != 2 {
+		t.Errorf("%d process images known, want the live process's 2", n)
 	}
 }
 

@@ -366,7 +366,7 @@ func BenchmarkLearnPython(b *testing.B) {
 			cpu := cpuTime()
 			for b.Loop() {
 				k := procKey{uint32(pid), gen}
-				if _, err := c.learnPython(k, p); err != nil {
+				if _, err := c.learnPython(k, p, sampler.NewProc{}); err != nil {
 					b.Fatal(err)
 				}
 				if read {

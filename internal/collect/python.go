@@ -32,17 +32,19 @@ func (c *Collector) SetPython(k PythonKernel) {
 	}
 	c.mu.Unlock()
 	for key, p := range known {
-		_, err := c.learnPython(key, p)
+		_, err := c.learnPython(key, p, sampler.NewProc{})
 		c.notePython(err)
 	}
 }
 
-// learnPython finds p's interpreter and has the kernel read its frames;
-// it returns the interpreter, nil for a process of none. It returns
-// python.ErrVersion for an interpreter it cannot read.
-func (c *Collector) learnPython(k procKey, p *proc.Process) (*python.Interpreter, error) {
+// learnPython finds p's interpreter and has the kernel read its frames,
+// unless the kernel listed the process itself (np, what the kernel said of
+// p; zero when it said nothing); it returns the interpreter, nil for a
+// process of none. It returns python.ErrVersion for an interpreter it
+// cannot read.
+func (c *Collector) learnPython(k procKey, p *proc.Process, np sampler.NewProc) (*python.Interpreter, error) {
 	c.mu.Lock()
-	kernel := c.pyKernel
+	kernel, quiet := c.pyKernel, c.quiet
 	c.mu.Unlock()
 	if kernel == nil {
 		return nil, nil
@@ -52,9 +54,11 @@ func (c *Collector) learnPython(k procKey, p *proc.Process) (*python.Interpreter
 		return nil, err
 	}
 	pp := python.Open(p.PID, p.StartTime, in)
-	if err := kernel.SetPython(k.pid, k.generation, in); err != nil {
-		pp.Close()
-		return in, nil // its map full: native frames only
+	if quiet == nil || !quiet.pythonFilled(np, in) {
+		if err := kernel.SetPython(k.pid, k.generation, in); err != nil {
+			pp.Close()
+			return in, nil // its map full: native frames only
+		}
 	}
 	c.mu.Lock()
 	// Its entry from before its first sample (generation 0) gives way.
@@ -73,7 +77,7 @@ func (c *Collector) learnPython(k procKey, p *proc.Process) (*python.Interpreter
 // sample on, before p is announced (`flint record -p`), when it notes an
 // unsupported version.
 func (c *Collector) LearnPython(p *proc.Process) {
-	_, _ = c.learnPython(procKey{pid: uint32(p.PID)}, p)
+	_, _ = c.learnPython(procKey{pid: uint32(p.PID)}, p, sampler.NewProc{})
 }
 
 // notePython counts a CPython process whose frames flint cannot read
@@ -175,7 +179,7 @@ func (b *builder) userFrames(locs []*profile.Location, k procKey, p *proc.Proces
 				n++
 			}
 			for _, w := range py[:n] {
-				locs = append(locs, b.pythonLoc(pp, p, w))
+				locs = append(locs, b.pythonLoc(pp, w))
 			}
 			py = py[n:]
 			continue
@@ -186,7 +190,7 @@ func (b *builder) userFrames(locs []*profile.Location, k procKey, p *proc.Proces
 	// outermost, as they were.
 	if pp != nil {
 		for _, w := range py {
-			locs = append(locs, b.pythonLoc(pp, p, w))
+			locs = append(locs, b.pythonLoc(pp, w))
 		}
 	}
 	return locs
@@ -198,15 +202,17 @@ func isEvalLoop(l *profile.Location) bool {
 	return strings.HasPrefix(f, "_PyEval_EvalFrameDefault")
 }
 
-// pythonLoc returns the location of a Python frame word of process p.
+// pythonLoc returns the location of a Python frame word of process pp.
 // Its address stands for its function and line, so equal frames of any
-// process are one location in the store, and one in the profile.
-func (b *builder) pythonLoc(pp *python.Process, p *proc.Process, word uint64) *profile.Location {
-	k := locKey{proc: p, addr: word}
-	if l := b.locs[k]; l != nil {
+// process are one location in the store, and one in the profile. Looked up
+// by the frame's FrameID first: a new process's words are new, its code
+// objects mostly not (shared by the interpreter's processes).
+func (b *builder) pythonLoc(pp *python.Process, word uint64) *profile.Location {
+	id := pp.ID(word)
+	if l := b.pyIDs[id]; l != nil {
 		return l
 	}
-	f := pp.Frame(word)
+	f := id.Frame()
 	l := b.pyLocs[f]
 	if l == nil {
 		h := fnv.New64a()
@@ -214,6 +220,6 @@ func (b *builder) pythonLoc(pp *python.Process, p *proc.Process, word uint64) *p
 		l = &profile.Location{Address: h.Sum64(), Frames: []symbol.Frame{f}}
 		b.pyLocs[f] = l
 	}
-	b.locs[k] = l
+	b.pyIDs[id] = l
 	return l
 }

@@ -35,7 +35,7 @@ type QuietKernel interface {
 func (c *Collector) SetQuiet(k QuietKernel) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.quiet = &quietFiles{k: k, files: map[proc.FileKey]*quietFile{}}
+	c.quiet = &quietFiles{k: k, files: map[proc.FileKey]*quietFile{}, pythons: map[kernelFileAt]*quietFile{}}
 }
 
 // quietFiles keeps the kernel's list of known files (QuietKernel) and
@@ -45,6 +45,9 @@ type quietFiles struct {
 	k     QuietKernel
 	mu    sync.Mutex
 	files map[proc.FileKey]*quietFile // the zero key is the vDSO's
+	// pythons are the files told of as interpreters, by the mapping the
+	// kernel finds them by (quiet_pythons' keys).
+	pythons map[kernelFileAt]*quietFile
 	// changed is when the kernel's list of files last changed, after
 	// boot; the tables it filled for a process started later are the
 	// ones the list gives now.
@@ -53,6 +56,12 @@ type quietFiles struct {
 	// filled (sampler.NewProc.TablesFilled): SetUnwind need not write
 	// them again.
 	filled filledProc
+}
+
+// kernelFileAt is a file as the kernel holds it, mapped at offset.
+type kernelFileAt struct {
+	file   sampler.KernelFile
+	offset uint64
 }
 
 // filledProc is a process the kernel listed for the unwinder itself.
@@ -130,11 +139,35 @@ func (q *quietFiles) addPython(file proc.FileKey, kernel sampler.KernelFile, off
 		return true
 	}
 	f.kernel = kernel
+	q.change() // fill_python's listings
 	if q.k.SetQuietPython(kernel, offset, in.Mapping.Start, in) != nil {
 		return false
 	}
+	if f.python {
+		delete(q.pythons, kernelFileAt{f.kernel, f.pythonAt})
+	}
 	f.python, f.pythonAt, f.pythonImage = true, offset, in.ImageID()
+	q.pythons[kernelFileAt{kernel, offset}] = f
 	return true
+}
+
+// pythonFilled reports whether the kernel listed process np's interpreter
+// itself, as in (fill_python): it filled the process's tables from a list
+// unchanged since the process started, which has in's file, found by the
+// mapping in was found by.
+func (q *quietFiles) pythonFilled(np sampler.NewProc, in *python.Interpreter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !np.TablesFilled || q.changed >= np.Started {
+		return false
+	}
+	for _, l := range np.Mappings {
+		// The first the kernel finds (fill_tables_step) is the one.
+		if f := q.pythons[kernelFileAt{l.File, l.Offset}]; f != nil {
+			return l.Start == in.Mapping.Start && f.pythonImage == in.ImageID()
+		}
+	}
+	return false
 }
 
 // forget drops what is known of file and takes it off the kernel's list:
@@ -147,8 +180,11 @@ func (q *quietFiles) forget(file proc.FileKey) {
 		return
 	}
 	told := f.told
-	if f.python && !slices.Contains(told, f.pythonAt) {
-		told = append(told, f.pythonAt)
+	if f.python {
+		delete(q.pythons, kernelFileAt{f.kernel, f.pythonAt})
+		if !slices.Contains(told, f.pythonAt) {
+			told = append(told, f.pythonAt)
+		}
 	}
 	q.change()
 	for _, o := range told {

@@ -142,6 +142,29 @@ func TestQuietFiles(t *testing.T) {
 	if got, ok := k.pythons[at]; !ok || got != 0x1234 {
 		t.Errorf("interpreter told at %+v: %#x (%v), want _PyRuntime %#x from the mapping's start", at, got, ok, 0x1234)
 	}
+	// The kernel lists a process of it in python_procs itself when it
+	// filled its tables from the list as it is since the process started:
+	// learnPython need not.
+	later = c.quiet.changed + time.Millisecond
+	elsewhere := *interp
+	elsewhere.Mapping.Start += 0x1000
+	for _, tc := range []struct {
+		name    string
+		filled  bool
+		started time.Duration
+		in      *python.Interpreter
+		want    bool
+	}{
+		{"filled", true, later, interp, true},
+		{"started before the list changed", true, c.quiet.changed, interp, false},
+		{"not filled", false, later, interp, false},
+		{"found by another mapping", true, later, &elsewhere, false},
+	} {
+		np := sampler.NewProc{PID: 778, Generation: 1, TablesFilled: tc.filled, Started: tc.started, Listed: true, Mappings: listing}
+		if got := c.quiet.pythonFilled(np, tc.in); got != tc.want {
+			t.Errorf("%s: python filled: %v, want %v", tc.name, got, tc.want)
+		}
+	}
 
 	// A JVM's files are not told of (its JIT map is asked for at once);
 	// a plain process's are.
@@ -182,8 +205,8 @@ func TestQuietFiles(t *testing.T) {
 	}
 	// The vDSO is every process's, the same always.
 	delete(k.files, quietFileAt{})
-	if len(k.files) != 0 || len(k.pythons) != 0 {
-		t.Errorf("after every process exited, the kernel is still told of %d files and %d interpreters: %v",
-			len(k.files), len(k.pythons), k.files)
+	if len(k.files) != 0 || len(k.pythons) != 0 || len(c.quiet.pythons) != 0 {
+		t.Errorf("after every process exited, the kernel is still told of %d files and %d interpreters (%d known): %v",
+			len(k.files), len(k.pythons), len(c.quiet.pythons), k.files)
 	}
 }

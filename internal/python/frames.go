@@ -113,13 +113,18 @@ var unreadable = &code{}
 // starts over (a process generating code without end).
 const maxCodes = 1 << 16
 
+// codesAtStart is room for the code objects of a short python3 run's
+// imports that are not in the interpreter's image (tens), made at once
+// rather than grown.
+const codesAtStart = 64
+
 // Open returns a Process reading the memory of process pid, whose
 // interpreter is in, and which started at startTime (proc.Process's; 0:
 // unchecked). Its memory is opened on the first read: the sampler copies
 // most code objects as it samples (RememberCopy), and a process whose
 // were all copied is never read, even once it has exited.
 func Open(pid int, startTime uint64, in *Interpreter) *Process {
-	return &Process{interp: in, mem: &lazyMem{pid: pid, startTime: startTime}, codes: map[uint64]*code{}}
+	return &Process{interp: in, mem: &lazyMem{pid: pid, startTime: startTime}, codes: make(map[uint64]*code, codesAtStart)}
 }
 
 // lazyMem is /proc/PID/mem, opened on the first read: opening it has the
@@ -210,17 +215,37 @@ func (p *Process) Interpreter() *Interpreter { return p.interp }
 // Frame names a Python frame word of a sampled stack: module.function
 // with its file and the line it was at. A code object that cannot be read
 // (gone, not a code object) is named "[python: unreadable code]".
-func (p *Process) Frame(word uint64) symbol.Frame {
+func (p *Process) Frame(word uint64) symbol.Frame { return p.ID(word).Frame() }
+
+// A FrameID is what names a Python frame: its code object and line. Equal
+// IDs name equal frames, in one process or in any of an interpreter file's
+// whose code objects it shares (static in its image, or alike in content):
+// a key for the frames named so far that hashes no strings.
+type FrameID struct {
+	code *code
+	line int
+}
+
+// ID returns the FrameID of frame word, as Frame reads it.
+func (p *Process) ID(word uint64) FrameID {
 	addr, index := decode(word)
 	c := p.code(addr)
 	if c.function == "" {
-		return symbol.Frame{Function: "[python: unreadable code]"}
+		return FrameID{code: unreadable}
 	}
 	if p.interp.Minor == 9 {
 		index /= 2 // f_lasti counts bytes
 	}
-	return symbol.Frame{Function: c.function, File: c.file, StartLine: c.firstLine,
-		Line: c.line(p.interp.Minor, index)}
+	return FrameID{code: c, line: c.line(p.interp.Minor, index)}
+}
+
+// Frame names the frame id stands for.
+func (id FrameID) Frame() symbol.Frame {
+	c := id.code
+	if c == nil || c.function == "" {
+		return symbol.Frame{Function: "[python: unreadable code]"}
+	}
+	return symbol.Frame{Function: c.function, File: c.file, StartLine: c.firstLine, Line: id.line}
 }
 
 // Remember reads the code object of frame word now, while its process
