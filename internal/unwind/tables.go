@@ -375,8 +375,9 @@ func (t *Tables) do(j job) {
 // left to the kernel's frame pointer walk.
 func (t *Tables) list(j job, relisted time.Time) {
 	pid, generation := uint32(j.pid), j.generation
-	var ms []Mapping
-	var used, building []*table
+	n := min(len(j.mappings), t.opts.MaxMappings)
+	ms, used := make([]Mapping, 0, n), make([]*table, 0, n) // one allocation each, not a growing slice's
+	var building []*table
 	for i := range j.mappings {
 		if len(ms) == t.opts.MaxMappings {
 			break // the rest: frame pointers
