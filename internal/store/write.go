@@ -407,12 +407,25 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		if err != nil {
 			return err
 		}
+		// A stack whose locations are all stored is looked up now; the
+		// others once theirs are (0 until then).
+		known := true
+		w.locIDs = w.locIDs[:0]
 		for _, l := range s.Stack {
-			if err := w.location(ctx, l); err != nil {
+			id, err := w.location(ctx, l)
+			if err != nil {
+				return err
+			}
+			known = known && id != 0
+			w.locIDs = append(w.locIDs, id)
+		}
+		var sid int64
+		if known {
+			if sid, err = w.stackOf(ctx, w.locIDs, start); err != nil {
 				return err
 			}
 		}
-		w.triples = append(w.triples, triple{labels: lid, count: s.Count})
+		w.triples = append(w.triples, triple{labels: lid, stack: sid, count: s.Count})
 		w.kept = append(w.kept, s)
 		total += s.Count
 	}
@@ -429,7 +442,14 @@ func (w *writer) insertWindow(ctx context.Context, p *profile.Profile) error {
 		return err
 	}
 	for i, s := range w.kept {
-		sid, err := w.stack(ctx, s.Stack, start)
+		if w.triples[i].stack != 0 {
+			continue
+		}
+		w.locIDs = w.locIDs[:0]
+		for _, l := range s.Stack {
+			w.locIDs = append(w.locIDs, w.locMemo[l])
+		}
+		sid, err := w.stackOf(ctx, w.locIDs, start)
 		if err != nil {
 			return err
 		}
@@ -590,15 +610,11 @@ func labelsHash(labels map[string]string) uint64 {
 	return h
 }
 
-// stack returns the id of a stack whose locations are known, or, for a
+// stackOf returns the id of the stack of stored locations ids, or, for a
 // stack the caches miss, -1 - its index in newStacks (addStacks gives it
 // its id).
-func (w *writer) stack(ctx context.Context, locs []*profile.Location, start int64) (int64, error) {
-	w.locIDs = w.locIDs[:0]
-	for _, l := range locs {
-		w.locIDs = append(w.locIDs, w.locMemo[l])
-	}
-	w.key = appendStack(w.key[:0], w.locIDs)
+func (w *writer) stackOf(ctx context.Context, ids []int64, start int64) (int64, error) {
+	w.key = appendStack(w.key[:0], ids)
 	if e, ok := w.stacks.m[string(w.key)]; ok {
 		return e.id, w.touchStack(ctx, string(w.key), e, start)
 	}
@@ -716,27 +732,28 @@ func (w *writer) batch(ctx context.Context, name string, n int, hash func(int) i
 	return rows.Err()
 }
 
-// location learns the id of a location from the caches, or, storing its
+// location returns the id of a location from the caches, or, storing its
 // mapping if new, queues it for locationByFrames once its functions are
-// known (addFunctions), and those of its functions the cache misses.
-func (w *writer) location(ctx context.Context, l *profile.Location) error {
+// known (addFunctions), and those of its functions the cache misses, and
+// returns 0 (also for a location queued before).
+func (w *writer) location(ctx context.Context, l *profile.Location) (int64, error) {
 	if l == nil {
-		return errors.New("nil location on a stack")
+		return 0, errors.New("nil location on a stack")
 	}
-	if _, ok := w.locMemo[l]; ok {
-		return nil
+	if id, ok := w.locMemo[l]; ok {
+		return id, nil
 	}
 	var mapping int64
 	if l.Mapping != nil {
 		var err error
 		if mapping, err = w.mapping(ctx, l.Mapping); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	lk := locKey{mapping, l.Address}
 	if e, ok := w.locations.m[lk]; ok && slices.Equal(e.frames, l.Frames) {
 		w.locMemo[l] = e.id
-		return nil
+		return e.id, nil
 	}
 	w.locMemo[l] = 0 // until addLocations
 	w.pending = append(w.pending, newLoc{l: l, key: lk})
@@ -753,7 +770,7 @@ func (w *writer) location(ctx context.Context, l *profile.Location) error {
 		w.key = appendString(appendString(w.key[:0], f.Function), f.File)
 		w.newFuncs = append(w.newFuncs, newFunc{f: f, hash: hash64(w.key)})
 	}
-	return nil
+	return 0, nil
 }
 
 // locationByFrames gives pending location nl, whose functions are known,
