@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -45,8 +46,9 @@ type quietFiles struct {
 	k     QuietKernel
 	mu    sync.Mutex
 	files map[proc.FileKey]*quietFile // the zero key is the vDSO's
-	// pythons are the files told of as interpreters, by the mapping the
-	// kernel finds them by (quiet_pythons' keys).
+	// pythons are the files told of as interpreters, by the mappings the
+	// kernel finds them by (quiet_pythons' keys): the one told last, and
+	// any told before at another offset, which the kernel keeps.
 	pythons map[kernelFileAt]*quietFile
 	// changed is when the kernel's list of files last changed, after
 	// boot; the tables it filled for a process started later are the
@@ -143,9 +145,6 @@ func (q *quietFiles) addPython(file proc.FileKey, kernel sampler.KernelFile, off
 	if q.k.SetQuietPython(kernel, offset, in.Mapping.Start, in) != nil {
 		return false
 	}
-	if f.python {
-		delete(q.pythons, kernelFileAt{f.kernel, f.pythonAt})
-	}
 	f.python, f.pythonAt, f.pythonImage = true, offset, in.ImageID()
 	q.pythons[kernelFileAt{kernel, offset}] = f
 	return true
@@ -153,8 +152,9 @@ func (q *quietFiles) addPython(file proc.FileKey, kernel sampler.KernelFile, off
 
 // pythonFilled reports whether the kernel listed process np's interpreter
 // itself, as in (fill_python): it filled the process's tables from a list
-// unchanged since the process started, which has in's file, found by the
-// mapping in was found by.
+// unchanged since the process started, and the first mapping of its
+// listing that the list names an interpreter by is the one in was found
+// by, of in's image.
 func (q *quietFiles) pythonFilled(np sampler.NewProc, in *python.Interpreter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -164,7 +164,7 @@ func (q *quietFiles) pythonFilled(np sampler.NewProc, in *python.Interpreter) bo
 	for _, l := range np.Mappings {
 		// The first the kernel finds (fill_tables_step) is the one.
 		if f := q.pythons[kernelFileAt{l.File, l.Offset}]; f != nil {
-			return l.Start == in.Mapping.Start && f.pythonImage == in.ImageID()
+			return l.Offset == f.pythonAt && l.Start == in.Mapping.Start && f.pythonImage == in.ImageID()
 		}
 	}
 	return false
@@ -181,7 +181,7 @@ func (q *quietFiles) forget(file proc.FileKey) {
 	}
 	told := f.told
 	if f.python {
-		delete(q.pythons, kernelFileAt{f.kernel, f.pythonAt})
+		maps.DeleteFunc(q.pythons, func(_ kernelFileAt, g *quietFile) bool { return g == f })
 		if !slices.Contains(told, f.pythonAt) {
 			told = append(told, f.pythonAt)
 		}

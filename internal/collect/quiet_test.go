@@ -165,6 +165,15 @@ func TestQuietFiles(t *testing.T) {
 			t.Errorf("%s: python filled: %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// Told again at another offset, the kernel keeps the first too, and
+	// finds it first in this listing: not the interpreter told last.
+	if !c.quiet.addPython(exe.Key(), listing[0].File, listing[0].Offset+0x1000, interp) {
+		t.Fatal("interpreter not told again")
+	}
+	retold := sampler.NewProc{PID: 778, Generation: 1, TablesFilled: true, Started: c.quiet.changed + time.Millisecond, Listed: true, Mappings: listing}
+	if c.quiet.pythonFilled(retold, interp) {
+		t.Error("python filled by an interpreter told before at another offset")
+	}
 
 	// A JVM's files are not told of (its JIT map is asked for at once);
 	// a plain process's are.
