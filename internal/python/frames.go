@@ -113,18 +113,13 @@ var unreadable = &code{}
 // starts over (a process generating code without end).
 const maxCodes = 1 << 16
 
-// codesAtStart is room for the code objects of a short python3 run's
-// imports that are not in the interpreter's image (tens), made at once
-// rather than grown.
-const codesAtStart = 64
-
 // Open returns a Process reading the memory of process pid, whose
 // interpreter is in, and which started at startTime (proc.Process's; 0:
 // unchecked). Its memory is opened on the first read: the sampler copies
 // most code objects as it samples (RememberCopy), and a process whose
 // were all copied is never read, even once it has exited.
 func Open(pid int, startTime uint64, in *Interpreter) *Process {
-	return &Process{interp: in, mem: &lazyMem{pid: pid, startTime: startTime}, codes: make(map[uint64]*code, codesAtStart)}
+	return &Process{interp: in, mem: &lazyMem{pid: pid, startTime: startTime}, codes: map[uint64]*code{}}
 }
 
 // lazyMem is /proc/PID/mem, opened on the first read: opening it has the
