@@ -5,12 +5,18 @@
 
 #define EEXIST 17
 
-// percpu_inc adds one to counter key of a per-CPU array of __u64.
-static __always_inline void percpu_inc(void *map, __u32 key)
+// percpu_add adds n to counter key of a per-CPU array of __u64.
+static __always_inline void percpu_add(void *map, __u32 key, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(map, &key);
 	if (v)
-		*v += 1; // per-CPU value: no other writer
+		*v += n; // per-CPU value: no other writer
+}
+
+// percpu_inc adds one to counter key of a per-CPU array of __u64.
+static __always_inline void percpu_inc(void *map, __u32 key)
+{
+	percpu_add(map, key, 1);
 }
 
 // lookup_or_init returns the value at key in a hash map, inserting init

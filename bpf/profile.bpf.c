@@ -127,12 +127,20 @@ struct seen_proc {
 	struct known_proc known;
 };
 
+// The per-CPU scratch maps a walk uses have two slots: one for the
+// programs that run with interrupts off (the sampler, the scheduler's),
+// one for a task work taking a sample (sample_listed), which runs with
+// them on and may be interrupted by the sampler.
+#define SLOT_SAMPLER 0
+#define SLOT_TASK_WORK 1
+
 // Per-CPU scratch space: stacks are too large for the 512-byte BPF stack.
 // The cache first: it is read on every sample, the rest only in part.
 struct scratch {
 	struct seen_proc seen;
 	struct python_stack python;
 	struct off_cpu_span span;
+	struct sample_key key;
 	struct stack_trace user;
 	struct stack_trace kernel;
 	struct sample_event event;
@@ -140,7 +148,7 @@ struct scratch {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); // a slot
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch SEC(".maps");
@@ -355,6 +363,8 @@ extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __ksym __wea
 // An announcement waiting for its process to list its mappings.
 struct listing {
 	struct bpf_task_work work;
+	__u32 sample; // the sampler handed it its sample (sample_listed)
+	__u32 pad;
 	struct listed_proc proc;
 };
 
@@ -384,26 +394,29 @@ struct {
 
 // list_mapping describes vma, an executable mapping of the current process
 // whose vDSO starts at vdso, in m.
+// vma is the task_vma iterator's, a BTF pointer: its fields, and those of
+// the structures it points to, are plain loads (a fault reads 0), not a
+// read helper's call each.
 static __always_inline void list_mapping(struct listed_mapping *m, struct vm_area_struct *vma, __u64 vdso)
 {
-	m->start = BPF_CORE_READ(vma, vm_start);
-	m->end = BPF_CORE_READ(vma, vm_end);
-	m->offset = BPF_CORE_READ(vma, vm_pgoff) << 12;
+	m->start = vma->vm_start;
+	m->end = vma->vm_end;
+	m->offset = vma->vm_pgoff << 12;
 	m->flags = 0;
-	struct file *f = BPF_CORE_READ(vma, vm_file);
+	struct file *f = vma->vm_file;
 	if (!f) {
 		m->inode = m->dev = m->inode_generation = 0;
 		if (m->start == vdso)
 			m->flags = LISTED_VDSO;
 		return;
 	}
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-	m->inode = BPF_CORE_READ(inode, i_ino);
-	m->dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	m->inode_generation = BPF_CORE_READ(inode, i_generation);
+	struct inode *inode = f->f_inode;
+	m->inode = inode->i_ino;
+	m->dev = inode->i_sb->s_dev;
+	m->inode_generation = inode->i_generation;
 	// As d_path marks it " (deleted)": an unhashed dentry, not a root.
-	struct dentry *d = BPF_CORE_READ(f, f_path.dentry);
-	if (BPF_CORE_READ(d, d_parent) != d && !BPF_CORE_READ(d, d_hash.pprev))
+	struct dentry *d = f->f_path.dentry;
+	if (d->d_parent != d && !d->d_hash.pprev)
 		m->flags = LISTED_DELETED;
 }
 
@@ -593,62 +606,82 @@ static __always_inline bool fill_tables(struct listed_proc *l, __u32 *python_at)
 	return true;
 }
 
+__noinline int sample_listed(__u32 generation);
+
+// list_proc lists the executable mappings of the current process, which
+// l announces, and sends the announcement. Not inlined: its frame is gone
+// when the task work takes a sample (sample_listed), and the two chains
+// of calls fit in the 512 bytes of stack BPF allows, under the sampler's
+// too (counted so where the kernel lacks task works).
+static __noinline int list_proc(struct listed_proc *l)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 vdso = (__u64)BPF_CORE_READ(task, mm, context.vdso);
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	__u32 relisted = l->flags & LISTING_RELISTED;
+	l->len = 0;
+	l->flags = bpf_iter_task_vma_new(&it, task, 0) == 0 ? LISTING_COMPLETE : 0;
+	while (l->flags && (vma = bpf_iter_task_vma_next(&it))) {
+		if (!(vma->vm_flags & VM_EXEC))
+			continue;
+		// Counted in the map, not a register: the verifier then
+		// sees each turn alike, not one per count.
+		__u32 n = l->len;
+		if (n >= MAX_LISTED_MAPPINGS) {
+			l->flags = 0;
+			break;
+		}
+		list_mapping(&l->mappings[n], vma, vdso);
+		l->len = n + 1;
+	}
+	bpf_iter_task_vma_destroy(&it);
+	l->cgroups = cgroups_key(task);
+	__u64 wake = BPF_RB_FORCE_WAKEUP;
+	__u32 python_at = MAX_LISTED_MAPPINGS;
+	bool quiet = l->flags && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
+		     fill_tables(l, &python_at);
+	l->flags |= relisted;
+	if (quiet)
+		l->flags |= LISTING_TABLES_FILLED;
+	if (quiet && bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
+		wake = BPF_RB_NO_WAKEUP;
+		count(STAT_PROCS_QUIET);
+	}
+	__u32 n = l->len;
+	if (n > MAX_LISTED_MAPPINGS)
+		n = MAX_LISTED_MAPPINGS; // as it is: tells the verifier
+	if (bpf_ringbuf_output(&proc_events, l,
+			       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
+		count(STAT_PROC_EVENTS_LOST);
+	// After the announcement: a Python sample's records (python_young)
+	// then come after it, and user space, which reads announcements
+	// before each of them, knows their process.
+	if (quiet)
+		fill_python(l, python_at);
+	return 0;
+}
+
 // list_mappings is the task work of a listings entry: in the process's
 // own context, where walking its mappings is allowed (not in the sampler,
 // which runs with interrupts off), it lists the executable ones and sends
-// the announcement. 9-12 us for a python3 process's hundred mappings
-// (docs/BENCHMARKS.md).
+// the announcement (list_proc: 9-12 us for a python3 process's hundred
+// mappings, docs/BENCHMARKS.md), then takes the sample handed to it. The
+// kernel's BPF statistics do not count a task work's time: it is timed
+// here (STAT_TASK_WORK_NS).
 static int list_mappings(struct bpf_map *map, void *key, void *value)
 {
-	struct listed_proc *l = &((struct listing *)value)->proc;
+	__u64 start = bpf_ktime_get_ns();
+	struct listing *listing = value;
+	__u32 generation = listing->proc.proc.generation;
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, key);
-	if (known && known->generation == l->proc.generation) {
-		struct task_struct *task = bpf_get_current_task_btf();
-		__u64 vdso = (__u64)BPF_CORE_READ(task, mm, context.vdso);
-		struct bpf_iter_task_vma it;
-		struct vm_area_struct *vma;
-		__u32 relisted = l->flags & LISTING_RELISTED;
-		l->len = 0;
-		l->flags = bpf_iter_task_vma_new(&it, task, 0) == 0 ? LISTING_COMPLETE : 0;
-		while (l->flags && (vma = bpf_iter_task_vma_next(&it))) {
-			if (!(BPF_CORE_READ(vma, vm_flags) & VM_EXEC))
-				continue;
-			// Counted in the map, not a register: the verifier then
-			// sees each turn alike, not one per count.
-			__u32 n = l->len;
-			if (n >= MAX_LISTED_MAPPINGS) {
-				l->flags = 0;
-				break;
-			}
-			list_mapping(&l->mappings[n], vma, vdso);
-			l->len = n + 1;
-		}
-		bpf_iter_task_vma_destroy(&it);
-		l->cgroups = cgroups_key(task);
-		__u64 wake = BPF_RB_FORCE_WAKEUP;
-		__u32 python_at = MAX_LISTED_MAPPINGS;
-		bool quiet = l->flags && bpf_map_lookup_elem(&quiet_cgroups, &l->cgroups) &&
-			     fill_tables(l, &python_at);
-		l->flags |= relisted;
-		if (quiet)
-			l->flags |= LISTING_TABLES_FILLED;
-		if (quiet && bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) <= PROC_EVENTS_RING / 2) {
-			wake = BPF_RB_NO_WAKEUP;
-			count(STAT_PROCS_QUIET);
-		}
-		__u32 n = l->len;
-		if (n > MAX_LISTED_MAPPINGS)
-			n = MAX_LISTED_MAPPINGS; // as it is: tells the verifier
-		if (bpf_ringbuf_output(&proc_events, l,
-				       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
-			count(STAT_PROC_EVENTS_LOST);
-		// After the announcement: a Python sample's records (python_young)
-		// then come after it, and user space, which reads announcements
-		// before each of them, knows their process.
-		if (quiet)
-			fill_python(l, python_at);
+	if (known && known->generation == generation) {
+		list_proc(&listing->proc);
+		if (listing->sample)
+			sample_listed(generation);
 	}
 	bpf_map_delete_elem(map, key);
+	percpu_add(&stats, STAT_TASK_WORK_NS, bpf_ktime_get_ns() - start);
 	return 0;
 }
 
@@ -656,8 +689,9 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 // mappings as it returns to user code; false when it cannot. relisted:
 // announced before (LISTING_RELISTED), and not while a listing of it is
 // pending, which lists what it has then; the first announcement replaces
-// a listing left by an earlier process of the PID.
-static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted)
+// a listing left by an earlier process of the PID. sample: the listing
+// takes the current thread's sample after it (sample_listed).
+static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted, bool sample)
 {
 	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
 		return false;
@@ -670,6 +704,7 @@ static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool r
 		return false;
 	new_proc_of(&l->proc.proc, tgid, generation);
 	l->proc.flags = relisted ? LISTING_RELISTED : 0;
+	l->sample = sample;
 	if (bpf_task_work_schedule_resume_impl(bpf_get_current_task_btf(), &l->work, &listings, list_mappings, NULL)) {
 		bpf_map_delete_elem(&listings, &tgid);
 		return false;
@@ -692,7 +727,9 @@ static __always_inline bool single_threaded(void)
 // (most new processes, in a page fault or system call of their start);
 // else unlisted, now: a thread in the kernel may sleep there for long
 // while the others run, and the off-CPU program runs in the scheduler.
-static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user)
+// A sample of user code is handed to the listing (*handed), which walks
+// it with the tables it fills: the sampler has none for the process yet.
+static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user, bool *handed)
 {
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
 	if (known)
@@ -704,8 +741,11 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 		known = bpf_map_lookup_elem(&known_procs, &tgid);
 		return known ? *known : k;
 	}
-	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation, false))
+	bool hand = sampled && in_user && use_ringbuf;
+	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation, false, hand)) {
+		*handed = hand;
 		return k;
+	}
 	struct new_proc *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
 	if (!e) {
 		count(STAT_PROC_EVENTS_LOST);
@@ -719,21 +759,24 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 
 // see_proc makes this CPU's cache (c, the scratch's) tgid's: its
 // generation announced (announce, sampled and in_user), and what it lacks
-// if found under the current tables_epoch.
-static __always_inline void see_proc(struct seen_proc *c, __u32 tgid, bool sampled, bool in_user)
+// if found under the current tables_epoch. True when the announcement took
+// the sample, for its listing to take (sample_listed).
+static __always_inline bool see_proc(struct seen_proc *c, __u32 tgid, bool sampled, bool in_user)
 {
+	bool handed = false;
 	// Read the epochs before the lookups: an exec, fork or listing
 	// racing with them leaves a stale epoch in the cache, never a stale
 	// generation or lack.
 	__u64 epoch = *(volatile __u64 *)&proc_epoch;
 	__u32 tables = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	if (c->tgid != tgid || c->epoch != epoch || !c->known.generation) {
-		c->known = announce(tgid, sampled, in_user);
+		c->known = announce(tgid, sampled, in_user, &handed);
 		c->tgid = tgid;
 		c->epoch = epoch;
 	}
 	if ((c->known.lacks & -(1U << LACKS_BITS)) != tables)
 		c->known.lacks = tables;
+	return handed;
 }
 
 // learn_lack records that the process of c lacks what: for its next
@@ -790,7 +833,8 @@ struct walk {
 	bool exact; // ip is where the code was, not a return address
 	bool complete;
 	bool fault;
-	bool stale; // the leaf is outside the listed mappings
+	bool by_rows; // every frame so far was left by an unwind row
+	bool stale;   // code known to be real is outside the listed mappings
 };
 
 static __always_inline bool read_user(__u64 *dst, __u64 addr)
@@ -829,7 +873,7 @@ struct walk_scratch {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); // a slot
 	__type(key, __u32);
 	__type(value, struct walk_scratch);
 } walk_scratch SEC(".maps");
@@ -948,14 +992,15 @@ static __always_inline void ask_drain(void)
 // mark_stale has w's process's mappings listed again, once: by the
 // process itself as it returns to user code (announce_listed), as a new
 // process is, when the walk began there (in_user) or the process has one
-// thread; else by user space, told in stale_procs.
-static __always_inline void mark_stale(struct walk *w, bool in_user)
+// thread, unless the walk is a task work's (may_list false); else by user
+// space, told in stale_procs.
+static __always_inline void mark_stale(struct walk *w, bool in_user, bool may_list)
 {
 	if (w->proc->stale)
 		return;
 	w->proc->stale = 1;
 	count(STAT_UNWIND_STALE);
-	if ((in_user || single_threaded()) && announce_listed(w->tgid, w->generation, true))
+	if (may_list && (in_user || single_threaded()) && announce_listed(w->tgid, w->generation, true, false))
 		return;
 	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
 	if (!e)
@@ -983,11 +1028,16 @@ static long walk_step(__u64 i, void *arg)
 	struct unwind_mapping *m = find_mapping(w->proc, pc);
 	struct unwind_row *r = NULL;
 	if (!m) {
-		if (n == 0) // the leaf is always real code, unlike a bad caller
+		// The leaf is always real code, and so is a caller found by
+		// rows all the way from it (a library loaded since, calling
+		// back into listed code); a caller found by frame pointers
+		// through code without them may be a bad address.
+		if (w->by_rows)
 			w->stale = true;
 	} else if (m->rows) {
 		r = find_row(m, pc, w->exact);
 	}
+	w->by_rows = w->by_rows && r;
 
 	// Frame pointers unless a row says otherwise: the caller's RBP at the
 	// frame's RBP, the return address above it.
@@ -1053,9 +1103,10 @@ static long walk_step(__u64 i, void *arg)
 // kernel's frame pointer walk applies). seen is the process. in_user says
 // ctx is a perf event's that interrupted user code, whose registers are
 // where the walk starts; else the registers the task saved entering the
-// kernel are.
+// kernel are. slot: the caller's scratch slot; a task work's walk
+// (SLOT_TASK_WORK) schedules no other (mark_stale).
 static __always_inline long walk_user(void *ctx, bool in_user, struct task_struct *task,
-				      struct seen_proc *seen, __u64 *ips)
+				      struct seen_proc *seen, __u64 *ips, __u32 slot)
 {
 	if (!unwind_tables || seen->known.lacks & LACKS_UNWIND)
 		return -1;
@@ -1067,11 +1118,11 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 		learn_lack(seen, LACKS_UNWIND);
 		return -1;
 	}
-	__u32 zero = 0;
-	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &zero);
+	__u32 key = slot; // its address taken: slot stays a constant
+	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &key);
 	if (!ws)
 		return -1;
-	struct walk w = {.ips = ips, .proc = p, .ws = ws, .tgid = tgid, .generation = gen, .exact = true};
+	struct walk w = {.ips = ips, .proc = p, .ws = ws, .tgid = tgid, .generation = gen, .exact = true, .by_rows = true};
 	if (in_user) {
 		// Loads at fixed offsets of the context, as the verifier wants.
 		struct bpf_perf_event_data *pe = ctx;
@@ -1093,7 +1144,7 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 	count(STAT_UNWIND_WALKS);
 	bpf_loop(MAX_STACK_DEPTH, walk_step, &w, 0);
 	if (w.stale)
-		mark_stale(&w, in_user);
+		mark_stale(&w, in_user, slot == SLOT_SAMPLER);
 	if (w.complete)
 		count(STAT_UNWIND_COMPLETE);
 	if (w.fault)
@@ -1310,7 +1361,7 @@ static __always_inline __u32 user_frames(void *ctx, bool in_user, struct task_st
 		else
 			np = found < PY_MAX_FRAMES ? found : PY_MAX_FRAMES;
 	}
-	long n = walk_user(ctx, in_user, task, seen, ips);
+	long n = walk_user(ctx, in_user, task, seen, ips, SLOT_SAMPLER);
 	if (n < 0)
 		n = stack_frames(ctx, ips, BPF_F_USER_STACK, STAT_USER_STACK_ERR);
 	// The Python frames fit in place of the outermost native ones: a
@@ -1348,6 +1399,8 @@ static __always_inline void aggregate(struct sample_key *key)
 		count(STAT_COUNTS_FULL);
 }
 
+static __always_inline void send_event(struct sample_event *e);
+
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
 				 struct task_struct *task, struct scratch *sc)
 {
@@ -1356,6 +1409,12 @@ static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
 		e->kernel_len = stack_frames(ctx, &e->ips[user_len], 0, STAT_KERNEL_STACK_ERR);
+	send_event(e);
+}
+
+// send_event sends sample e, its stacks filled in, to user space.
+static __always_inline void send_event(struct sample_event *e)
+{
 	__u64 size = offsetof(struct sample_event, ips) +
 		     (__u64)(e->user_len + e->kernel_len) * sizeof(__u64);
 	if (size > sizeof(*e))
@@ -1581,7 +1640,10 @@ int sample(struct bpf_perf_event_data *ctx)
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
 	bool in_user = user_mode(ctx);
-	see_proc(&sc->seen, tgid, true, in_user);
+	if (see_proc(&sc->seen, tgid, true, in_user)) {
+		count(STAT_SAMPLES_HANDED);
+		return 0; // its listing takes it (sample_listed)
+	}
 	__u32 gen = sc->seen.known.generation;
 
 	if (use_ringbuf) {
@@ -1596,10 +1658,51 @@ int sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
-	struct sample_key key;
-	stack_key(ctx, in_user, task, tid, sc, &stacks, &key);
-	aggregate(&key);
+	stack_key(ctx, in_user, task, tid, sc, &stacks, &sc->key);
+	aggregate(&sc->key);
 	tell_young_python(task, tgid, gen, &sc->python);
+	return 0;
+}
+
+// sample_listed takes the sample the sampler handed to the current
+// process's listing (announce), of image generation, in the listing's
+// task work, after the tables of a process of known files are filled: the
+// thread is on its way back to the user code the sample interrupted, its
+// registers as they were, and its stack is walked with them and the
+// tables; by frame pointers, as the sampler would have, when there are
+// none. Its user stack only, as a first sample had before: the Python
+// frames and the kernel stack (none: user code was interrupted) aside.
+__noinline int sample_listed(__u32 generation)
+{
+	__u32 slot = SLOT_TASK_WORK;
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &slot);
+	if (!sc)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct sample_event *e = &sc->event;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->generation = generation;
+	// Helpers, not copy_comm's loads, which the compiler spills here to
+	// the stack it lacks.
+	if (bpf_probe_read_kernel(e->comm, COMM_LEN, &task->group_leader->comm))
+		__builtin_memset(e->comm, 0, COMM_LEN);
+	bpf_get_current_comm(e->thread, COMM_LEN);
+	// The walk's view of the process: its tables, if filled, are this
+	// generation's, and it lacks nothing yet.
+	sc->seen.tgid = e->pid;
+	sc->seen.known.generation = generation;
+	sc->seen.known.lacks = 0;
+	long n = walk_user(NULL, false, task, &sc->seen, e->ips, SLOT_TASK_WORK);
+	if (n < 0) {
+		n = bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+		n = n < 0 ? 0 : n / sizeof(__u64);
+	}
+	e->user_len = n < MAX_STACK_DEPTH ? n : MAX_STACK_DEPTH;
+	e->kernel_len = 0;
+	send_event(e);
+	count(STAT_SAMPLES_LISTED);
 	return 0;
 }
 

@@ -26,6 +26,9 @@ enum sampler_stat {
 	STAT_OFF_CPU_SPANS,    // off-CPU spans recorded (of off_cpu_min_ns or more, sampled)
 	STAT_OFF_CPU_FULL,     // off_cpu map full: span lost
 	STAT_PROCS_QUIET,      // new processes announced without waking user space (quiet_files)
+	STAT_SAMPLES_HANDED,   // samples handed to the listing of their new process
+	STAT_SAMPLES_LISTED,   // of those, samples the listing took (sent)
+	STAT_TASK_WORK_NS,     // time in listings' task works, which BPF statistics miss
 	STAT_MAX,
 };
 

@@ -60,13 +60,15 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	rss, peak := memory()
 	gauge("flint_agent_resident_memory_bytes", "Resident set size of the agent process.", "gauge", rss)
 	gauge("flint_agent_peak_resident_memory_bytes", "Peak resident set size of the agent process.", "gauge", peak)
-	gauge("flint_bpf_run_seconds_total", "Run time of flint's BPF programs.", "counter", float64(a.metrics.bpfRunTime.Load())/1e9)
+	gauge("flint_bpf_run_seconds_total", "Run time of flint's BPF programs, their task works included.", "counter", float64(a.metrics.bpfRunTime.Load())/1e9)
 	if st, err := a.sampler.Stats(); err == nil {
 		gauge("flint_samples_total", "Samples taken by the BPF program.", "counter", st.Samples)
 		byReason(w, "flint_samples_lost_total", "Samples or stacks lost, by reason.",
 			reason{"counts_map_full", st.CountsFull}, reason{"ring_buffer_full", st.RingBufFull}, reason{"stack_map_full", st.StacksFull},
 			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},
-			reason{"process_event_lost", st.ProcEventsLost})
+			reason{"process_event_lost", st.ProcEventsLost},
+			reason{"exited_before_listing", st.SamplesHanded - min(st.SamplesListed, st.SamplesHanded)})
+		gauge("flint_samples_handed_total", "First samples of new processes in user code handed to the process's listing, which walks the stack with the unwind tables it fills as the thread returns to user code.", "counter", st.SamplesHanded)
 		gauge("flint_processes_quiet_total", "New processes announced without waking the agent (their files and cgroups known), learned at its next drain.", "counter", st.ProcsQuiet)
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)
 		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)

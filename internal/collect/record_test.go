@@ -99,6 +99,8 @@ func buildFixtures(t *testing.T) map[string]string {
 			"nofp":        {"gcc", "-O2", "-fomit-frame-pointer", "-rdynamic", "-o", "OUT", src + "/nofp/nofp.c"},
 			"nofp-plugin": {"gcc", "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", "OUT", src + "/nofp/plugin.c"},
 			"nofp-cc":     {"g++", "-O2", "-fomit-frame-pointer", "-o", "OUT", src + "/nofp/nofp.cc"},
+			"callback":    {"gcc", "-O2", "-fomit-frame-pointer", "-rdynamic", "-o", "OUT", src + "/nofp/callback.c"},
+			"brief-nofp":  {"gcc", "-O2", "-fomit-frame-pointer", "-o", "OUT", src + "/brief.c"},
 		}
 		fixtures = map[string]string{}
 		for name, argv := range builds {

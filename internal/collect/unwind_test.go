@@ -23,6 +23,7 @@ import (
 	"github.com/flint-dev/flint/internal/fixture"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/sampler"
+	"github.com/flint-dev/flint/internal/symbol"
 )
 
 // nofpPaths are the stacks of testdata/fixtures/nofp/nofp.c, as the
@@ -72,6 +73,42 @@ func TestRecordWithoutFramePointers(t *testing.T) {
 		p := recordFixture(t, RecordOptions{PID: cmd.Process.Pid})
 		checkSplit(t, p, byPID(cmd.Process.Pid), cFuncs, "main")
 	})
+}
+
+// TestRecordThroughLoadedLibrary records testdata/fixtures/nofp/callback.c
+// as it loads a library and spends its time in its own code called back
+// from it. Every leaf is in the program, listed before the library was
+// loaded: only a caller outside the listed mappings, reached by unwind
+// rows from the leaf, can have the process listed again. After the load,
+// at least 95% of the samples reach main through the library's frame: 0%
+// when only a leaf has the process listed again, 99.75-99.95% in four runs
+// (three beside a CPU hog); the samples between the load and the
+// library's tables cannot.
+func TestRecordThroughLoadedLibrary(t *testing.T) {
+	requireRoot(t)
+	fx := buildFixtures(t)
+	cmd := startFixture(t, fx["callback"], fx["nofp-plugin"], "60")
+	reports := 0
+	res := record(t, RecordOptions{PID: cmd.Process.Pid}, func(Progress) bool {
+		if reports++; reports == 1 { // sampling: load the library now
+			if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return reports == 1+int(testCPU/time.Second)
+	})
+	loaded := func(s *profile.Sample) bool {
+		return byPID(cmd.Process.Pid)(s) && !slices.ContainsFunc(s.Stack, func(l *profile.Location) bool {
+			return slices.ContainsFunc(l.Frames, func(f symbol.Frame) bool { return f.Function == "before" })
+		})
+	}
+	got, mainShare, total := shares(res.Profile, loaded, []string{"plugin_call"}, "main")
+	t.Logf("%d samples after the load: %.2f%% through plugin_call, %.2f%% reach main", total, got[0], mainShare)
+	if total == 0 || got[0] < 95 || mainShare < 95 {
+		t.Errorf("after the load, %.2f%% of %d samples pass plugin_call and %.2f%% reach main, want ≥ 95%% each",
+			got[0], total, mainShare)
+		dumpTop(t, res.Profile, loaded, "main")
+	}
 }
 
 // TestRecordLikePerfDWARF records the C fixture with flint, then with
@@ -453,6 +490,75 @@ func hostileCopy(t *testing.T, bin string, spoil func([]byte, *rand.Rand)) strin
 	return out
 }
 
+// TestRecordFirstSamplesWithoutFramePointers records the whole node at 99
+// Hz while short processes of testdata/fixtures/brief.c, built without
+// frame pointers, run one after another: about three samples each, the
+// first taken before the process is listed. A first sample in user code
+// is handed to the listing, which walks it with the rows it fills: at
+// least 95% of the samples in the fixture's work reach main (99.4-100% in
+// five runs, three beside a CPU hog). Walked by frame pointers, the first
+// samples stop at work: 66.9% and 68.0% in two runs without the handing.
+func TestRecordFirstSamplesWithoutFramePointers(t *testing.T) {
+	requireRoot(t)
+	if !sampler.ListsNewProcesses() {
+		t.Skip("this kernel has no BPF task works (Linux 6.18): no process is listed")
+	}
+	fx := buildFixtures(t)
+	const warmUp, runs = 5, 60 // the first runs teach flint the fixture's files
+	pids := map[string]bool{}
+	finished := make(chan error, 1)
+	start := func() {
+		go func() {
+			for i := range warmUp + runs {
+				cmd := exec.Command(fx["brief-nofp"])
+				if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+					finished <- err
+					return
+				}
+				if i >= warmUp {
+					pids[strconv.Itoa(cmd.Process.Pid)] = true
+				}
+			}
+			finished <- nil
+		}()
+	}
+	reports := 0
+	var runErr error
+	res := record(t, RecordOptions{Frequency: 99}, func(Progress) bool {
+		if reports++; reports == 1 { // sampling
+			start()
+		}
+		select {
+		case runErr = <-finished:
+			return true
+		default:
+			return false
+		}
+	})
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	inWork := func(s *profile.Sample) bool {
+		if !pids[s.Labels[profile.LabelPID]] {
+			return false
+		}
+		for _, l := range s.Stack {
+			if l.Mapping == nil || !l.Mapping.Kernel {
+				return len(l.Frames) > 0 && l.Frames[0].Function == "work"
+			}
+		}
+		return false
+	}
+	_, mainShare, total := shares(res.Profile, inWork, nil, "main")
+	st := res.Stats
+	t.Logf("%d samples in work of %d runs: %.1f%% reach main; %d samples handed to listings, %d sent",
+		total, runs, mainShare, st.SamplesHanded, st.SamplesListed)
+	if total < runs || mainShare < 95 {
+		t.Errorf("%.1f%% of %d samples in work reach main, want ≥ 95%% of at least %d", mainShare, total, runs)
+		dumpTop(t, res.Profile, inWork, "main")
+	}
+}
+
 func randomize(b []byte, rng *rand.Rand) {
 	for i := range b {
 		b[i] = byte(rng.Uint32())
@@ -462,8 +568,8 @@ func randomize(b []byte, rng *rand.Rand) {
 // TestRecordQuietWithoutFramePointers records the whole node while a second
 // process of the C fixture starts after the first was learned: it maps
 // only files known by then, so the kernel announces it without waking
-// flint and walks its stacks with the rows it was told of (the first
-// samples aside, before its listing), and at least 99% of its stacks reach
+// flint and walks its stacks with the rows it was told of (from its first
+// sample, handed to its listing), and at least 99% of its stacks reach
 // main. It is held stopped until then, so that its first sample is in its
 // own code and it is listed.
 func TestRecordQuietWithoutFramePointers(t *testing.T) {

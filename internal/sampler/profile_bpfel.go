@@ -62,12 +62,14 @@ type profileListing struct {
 		_      structs.HostLayout
 		Opaque uint64
 	}
-	Proc profileListedProc
+	Sample uint32
+	Pad    uint32
+	Proc   profileListedProc
 }
 
 type profileListingBytes struct {
 	_     structs.HostLayout
-	Bytes [3136]uint8
+	Bytes [3144]uint8
 }
 
 type profileListingFlags uint32
@@ -257,7 +259,10 @@ const (
 	profileSamplerStatSTAT_OFF_CPU_SPANS    profileSamplerStat = 14
 	profileSamplerStatSTAT_OFF_CPU_FULL     profileSamplerStat = 15
 	profileSamplerStatSTAT_PROCS_QUIET      profileSamplerStat = 16
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 17
+	profileSamplerStatSTAT_SAMPLES_HANDED   profileSamplerStat = 17
+	profileSamplerStatSTAT_SAMPLES_LISTED   profileSamplerStat = 18
+	profileSamplerStatSTAT_TASK_WORK_NS     profileSamplerStat = 19
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 20
 )
 
 type profileScratch struct {
@@ -271,6 +276,7 @@ type profileScratch struct {
 	}
 	Python profilePythonStack
 	Span   profileOffCpuSpan
+	Key    profileSampleKey
 	User   profileStackTrace
 	Kernel profileStackTrace
 	Event  profileSampleEvent

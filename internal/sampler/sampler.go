@@ -150,11 +150,23 @@ type Stats struct {
 	// OffCPUSpans counts off-CPU spans recorded; OffCPUFull, those lost
 	// to a full map.
 	OffCPUSpans, OffCPUFull uint64
-	PerCPU                  [][]uint64 // [cpu][stat]
+	// SamplesHanded counts first samples of new processes in user code
+	// that the sampler handed to the process's listing, which walks the
+	// stack with the tables it fills as the thread returns to user code;
+	// SamplesListed, those it sent. A process that exits first never
+	// returns: its handed sample is lost.
+	SamplesHanded, SamplesListed uint64
+	// TaskWorkTime is the time spent in the listings' task works, which
+	// the kernel's BPF statistics do not count (ProgramStats adds it).
+	TaskWorkTime time.Duration
+	PerCPU       [][]uint64 // [cpu][stat]
 }
 
-// Dropped is the number of samples lost entirely.
-func (s Stats) Dropped() uint64 { return s.CountsFull + s.RingBufFull }
+// Dropped is the number of samples lost entirely, those handed to a
+// listing still to come included.
+func (s Stats) Dropped() uint64 {
+	return s.CountsFull + s.RingBufFull + s.SamplesHanded - min(s.SamplesListed, s.SamplesHanded)
+}
 
 // Sampler samples stacks on every CPU.
 type Sampler struct {
@@ -803,13 +815,17 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.PythonCodes += c[profileSamplerStatSTAT_PYTHON_CODES]
 		st.OffCPUSpans += c[profileSamplerStatSTAT_OFF_CPU_SPANS]
 		st.OffCPUFull += c[profileSamplerStatSTAT_OFF_CPU_FULL]
+		st.SamplesHanded += c[profileSamplerStatSTAT_SAMPLES_HANDED]
+		st.SamplesListed += c[profileSamplerStatSTAT_SAMPLES_LISTED]
+		st.TaskWorkTime += time.Duration(c[profileSamplerStatSTAT_TASK_WORK_NS])
 	}
 	return st, nil
 }
 
 // ProgramStats returns the BPF programs' total run time and runs, the
 // off-CPU program's included when it is loaded, counted while kernel BPF
-// statistics are enabled (see EnableStats).
+// statistics are enabled (see EnableStats), and the time of the
+// listings' task works, which those statistics miss, always counted.
 func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error) {
 	progs := []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork}
 	if s.objs.OnSwitch != nil { // with Options.OffCPU
@@ -823,7 +839,11 @@ func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error)
 		runTime += st.Runtime
 		runs += st.RunCount
 	}
-	return runTime, runs, nil
+	st, err := s.Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	return runTime + st.TaskWorkTime, runs, nil
 }
 
 // EnableStats turns on the kernel's BPF run time accounting until the
