@@ -67,7 +67,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 			reason{"counts_map_full", st.CountsFull}, reason{"ring_buffer_full", st.RingBufFull}, reason{"stack_map_full", st.StacksFull},
 			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},
 			reason{"process_event_lost", st.ProcEventsLost},
-			reason{"exited_before_listing", st.SamplesHanded - min(st.SamplesListed, st.SamplesHanded)})
+			reason{"exited_before_listing", st.HandedLost()})
 		gauge("flint_samples_handed_total", "First samples of new processes in user code handed to the process's listing, which walks the stack with the unwind tables it fills as the thread returns to user code.", "counter", st.SamplesHanded)
 		gauge("flint_processes_quiet_total", "New processes announced without waking the agent (their files and cgroups known), learned at its next drain.", "counter", st.ProcsQuiet)
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)

@@ -162,11 +162,12 @@ type Stats struct {
 	PerCPU       [][]uint64 // [cpu][stat]
 }
 
-// Dropped is the number of samples lost entirely, those handed to a
-// listing still to come included.
-func (s Stats) Dropped() uint64 {
-	return s.CountsFull + s.RingBufFull + s.SamplesHanded - min(s.SamplesListed, s.SamplesHanded)
-}
+// Dropped is the number of samples lost entirely.
+func (s Stats) Dropped() uint64 { return s.CountsFull + s.RingBufFull + s.HandedLost() }
+
+// HandedLost is the number of samples handed to a listing and not sent:
+// lost, or still to come.
+func (s Stats) HandedLost() uint64 { return s.SamplesHanded - min(s.SamplesListed, s.SamplesHanded) }
 
 // Sampler samples stacks on every CPU.
 type Sampler struct {
