@@ -1690,10 +1690,10 @@ __noinline int sample_listed(__u32 generation)
 		__builtin_memset(e->comm, 0, COMM_LEN);
 	bpf_get_current_comm(e->thread, COMM_LEN);
 	// The walk's view of the process: its tables, if filled, are this
-	// generation's, and it lacks nothing yet.
+	// generation's, and it lacks nothing yet under the current tables.
 	sc->seen.tgid = e->pid;
 	sc->seen.known.generation = generation;
-	sc->seen.known.lacks = 0;
+	sc->seen.known.lacks = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	long n = walk_user(NULL, false, task, &sc->seen, e->ips, SLOT_TASK_WORK);
 	if (n < 0) {
 		n = bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);

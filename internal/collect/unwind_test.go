@@ -522,7 +522,7 @@ func TestRecordFirstSamplesWithoutFramePointers(t *testing.T) {
 			finished <- nil
 		}()
 	}
-	reports := 0
+	reports, ended := 0, false
 	var runErr error
 	res := record(t, RecordOptions{Frequency: 99}, func(Progress) bool {
 		if reports++; reports == 1 { // sampling
@@ -530,11 +530,14 @@ func TestRecordFirstSamplesWithoutFramePointers(t *testing.T) {
 		}
 		select {
 		case runErr = <-finished:
-			return true
+			ended = true
 		default:
-			return false
 		}
+		return ended
 	})
+	if reports > 0 && !ended { // the recording's time ran out first
+		runErr = <-finished
+	}
 	if runErr != nil {
 		t.Fatal(runErr)
 	}
