@@ -665,8 +665,9 @@ static __noinline int list_proc(struct listed_proc *l)
 // list_mappings is the task work of a listings entry: in the process's
 // own context, where walking its mappings is allowed (not in the sampler,
 // which runs with interrupts off), it lists the executable ones and sends
-// the announcement (list_proc: 9-12 us for a python3 process's hundred
-// mappings, docs/BENCHMARKS.md), then takes the sample handed to it. The
+// the announcement (list_proc: about 30 us a python3 process, 12 of them
+// the walk of its hundred mappings, docs/BENCHMARKS.md), then takes the
+// sample handed to it. The
 // kernel's BPF statistics do not count a task work's time: it is timed
 // here (STAT_TASK_WORK_NS).
 static int list_mappings(struct bpf_map *map, void *key, void *value)
@@ -789,18 +790,24 @@ static __always_inline void learn_lack(struct seen_proc *c, __u32 what)
 		*(volatile __u32 *)&known->lacks = c->known.lacks;
 }
 
-// stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
-// them) and returns how many frames it holds, counting failures in err
-// (a kernel thread has no user stack; user code has no kernel stack).
-static __always_inline __u32 stack_frames(void *ctx, __u64 *ips, __u64 flags, enum sampler_stat err)
+// frames_of returns the frames in n bytes of stack a helper wrote, or
+// returned as an error, counted in err (none when the stack is absent).
+static __always_inline __u32 frames_of(long n, enum sampler_stat err)
 {
-	long n = bpf_get_stack(ctx, ips, MAX_STACK_DEPTH * sizeof(__u64), flags);
 	if (n < 0) {
 		if (n != -EFAULT)
 			count(err);
 		return 0;
 	}
 	return n / sizeof(__u64);
+}
+
+// stack_frames writes the stack flags ask for to ips (MAX_STACK_DEPTH of
+// them) and returns how many frames it holds, counting failures in err
+// (a kernel thread has no user stack; user code has no kernel stack).
+static __always_inline __u32 stack_frames(void *ctx, __u64 *ips, __u64 flags, enum sampler_stat err)
+{
+	return frames_of(bpf_get_stack(ctx, ips, MAX_STACK_DEPTH * sizeof(__u64), flags), err);
 }
 
 // hash_stack returns the hash of s, or 0 when it is empty.
@@ -1695,10 +1702,9 @@ __noinline int sample_listed(__u32 generation)
 	sc->seen.known.generation = generation;
 	sc->seen.known.lacks = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	long n = walk_user(NULL, false, task, &sc->seen, e->ips, SLOT_TASK_WORK);
-	if (n < 0) {
-		n = bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
-		n = n < 0 ? 0 : n / sizeof(__u64);
-	}
+	if (n < 0) // stack_frames' walk, by the task: a task work has no perf context
+		n = frames_of(bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK),
+			      STAT_USER_STACK_ERR);
 	e->user_len = n < MAX_STACK_DEPTH ? n : MAX_STACK_DEPTH;
 	e->kernel_len = 0;
 	send_event(e);

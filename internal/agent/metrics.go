@@ -68,6 +68,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},
 			reason{"process_event_lost", st.ProcEventsLost},
 			reason{"exited_before_listing", st.HandedLost()})
+		gauge("flint_bpf_task_work_seconds_total", "Of flint_bpf_run_seconds_total, the time of the BPF task works that list new processes (the kernel's BPF statistics miss it; the program times it).", "counter", st.TaskWorkTime.Seconds())
 		gauge("flint_samples_handed_total", "First samples of new processes in user code handed to the process's listing, which walks the stack with the unwind tables it fills as the thread returns to user code.", "counter", st.SamplesHanded)
 		gauge("flint_processes_quiet_total", "New processes announced without waking the agent (their files and cgroups known), learned at its next drain.", "counter", st.ProcsQuiet)
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)

@@ -251,14 +251,19 @@ func shares(p *profile.Profile, keep func(*profile.Sample) bool, funcs []string,
 // reaches reports whether a sample's stack holds mainFunc or starts at one
 // of goRuntimeRoots.
 func reaches(s *profile.Sample, mainFunc string) bool {
+	return holds(s, mainFunc) || goRuntimeRoots[outermost(s)]
+}
+
+// holds reports whether a sample's stack has a frame of function fn.
+func holds(s *profile.Sample, fn string) bool {
 	for _, l := range s.Stack {
 		for _, f := range l.Frames {
-			if f.Function == mainFunc {
+			if f.Function == fn {
 				return true
 			}
 		}
 	}
-	return goRuntimeRoots[outermost(s)]
+	return false
 }
 
 // outermost returns the function a sample's stack starts from.

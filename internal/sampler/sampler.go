@@ -787,9 +787,9 @@ func (s *Sampler) PythonToRead() bool {
 func (s *Sampler) Stats() (Stats, error) {
 	var st Stats
 	for i := range uint32(profileSamplerStatSTAT_MAX) {
-		var perCPU []uint64
-		if err := s.objs.Stats.Lookup(i, &perCPU); err != nil {
-			return st, fmt.Errorf("read stats: %w", err)
+		perCPU, err := s.stat(i)
+		if err != nil {
+			return st, err
 		}
 		for cpu, v := range perCPU {
 			for len(st.PerCPU) <= cpu {
@@ -840,11 +840,24 @@ func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error)
 		runTime += st.Runtime
 		runs += st.RunCount
 	}
-	st, err := s.Stats()
+	// One counter, not Stats' every one: this is read once a window.
+	perCPU, err := s.stat(uint32(profileSamplerStatSTAT_TASK_WORK_NS))
 	if err != nil {
 		return 0, 0, err
 	}
-	return runTime + st.TaskWorkTime, runs, nil
+	for _, ns := range perCPU {
+		runTime += time.Duration(ns)
+	}
+	return runTime, runs, nil
+}
+
+// stat returns counter i of the BPF program's stats, a value a CPU.
+func (s *Sampler) stat(i uint32) ([]uint64, error) {
+	var perCPU []uint64
+	if err := s.objs.Stats.Lookup(i, &perCPU); err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	return perCPU, nil
 }
 
 // EnableStats turns on the kernel's BPF run time accounting until the
