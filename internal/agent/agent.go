@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -177,13 +176,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Node == "" {
 		o.Node, _ = os.Hostname()
-	}
-	// The agent's live heap is mostly symbol tables, stable between
-	// windows; a lower GC target keeps its resident memory close to it at
-	// the price of more frequent (small) collections. GOGC in the
-	// environment still wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
 	}
 	// Its work is one loop and the odd query: two Ps serve it. A fixed
 	// count also keeps its garbage collector from starting a worker per
