@@ -218,10 +218,13 @@ struct {
 // after them. When they lack some (an object too large, a page not
 // present, more than PY_MAX_CODES new), the sample's Python frames follow
 // (struct python_stack) and wake the reader, which reads the rest from the
-// process at once; so do they when the ring is half full. 256 KiB: a
-// python3 run's first samples copy some 25 code objects, about 1.5 KiB
-// each.
-#define PY_YOUNG_RING (256 * 1024)
+// process at once; so do they when the ring is half full. A python3 run's
+// first samples copy some 25 code objects, about 1.5 KiB each: 1 MiB fill
+// to half in some 14 runs, which at one a second a window's drain reads
+// first. Each wake-up costs the agent several context switches; at 256 KiB
+// they came every fourth run. The agent maps the ring twice over: its
+// size in resident memory (docs/BENCHMARKS.md).
+#define PY_YOUNG_RING (1024 * 1024)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, PY_YOUNG_RING);
