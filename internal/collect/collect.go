@@ -571,11 +571,12 @@ func (c *Collector) builder() *builder {
 		return b
 	}
 	return &builder{c: c,
-		locs:      map[locKey]*profile.Location{},
+		kernLocs:  addrLocs{{}, {}},
+		procLocs:  map[procLoc]*profile.Location{},
 		pyLocs:    map[symbol.Frame]*profile.Location{},
 		pyIDs:     map[python.FrameID]*profile.Location{},
 		mappings:  map[*proc.Mapping]*mappingBias{},
-		linked:    map[linkedKey]*profile.Mapping{},
+		linked:    map[linkedKey]*linkedMapping{},
 		kernMaps:  map[string]*profile.Mapping{},
 		stacks:    map[stackKey]namedStack{},
 		stackIDs:  map[string]int{},
@@ -594,10 +595,12 @@ const maxSpareLocations = 1 << 16
 // keep their room, so windows alike in size name their samples without
 // growing maps anew, most of what naming a window allocated.
 func (c *Collector) keepBuilder(b *builder) {
-	if len(b.locs) > maxSpareLocations {
+	if len(b.procLocs)+len(b.kernLocs[0])+len(b.kernLocs[1]) > maxSpareLocations {
 		return
 	}
-	clear(b.locs)
+	clear(b.kernLocs[0])
+	clear(b.kernLocs[1])
+	clear(b.procLocs)
 	clear(b.pyLocs)
 	clear(b.pyIDs)
 	clear(b.mappings)
@@ -619,11 +622,12 @@ type builder struct {
 	c          *Collector
 	round      uint64
 	threadIDs  bool
-	locs       map[locKey]*profile.Location
+	kernLocs   addrLocs                           // the kernel's
+	procLocs   map[procLoc]*profile.Location      // of user code not linked (linkedMapping.locs)
 	pyLocs     map[symbol.Frame]*profile.Location // Python frames by what names them
 	pyIDs      map[python.FrameID]*profile.Location
 	mappings   map[*proc.Mapping]*mappingBias
-	linked     map[linkedKey]*profile.Mapping // shared by the processes of a binary
+	linked     map[linkedKey]*linkedMapping // shared by the processes of a binary
 	kernMaps   map[string]*profile.Mapping
 	stacks     map[stackKey]namedStack
 	stackIDs   map[string]int // a stack's location pointers -> its id
@@ -635,12 +639,32 @@ type builder struct {
 	lastLinked lastLinked
 }
 
-// locKey identifies a location by the process it was sampled in (nil for
-// kernel addresses) and its address there, or, for a binary's link-time
-// address, by its mapping.
-type locKey struct {
+// addrLocs holds locations by address, return addresses (named by the
+// byte before) in [1]. Naming a window looks a location up for every
+// frame, and Go's maps of integer keys take a faster path than those of
+// struct keys (docs/BENCHMARKS.md).
+type addrLocs [2]map[uint64]*profile.Location
+
+func (a *addrLocs) at(addr uint64, isReturn bool) *profile.Location {
+	return a[b2i(isReturn)][addr]
+}
+
+func (a *addrLocs) put(addr uint64, isReturn bool, l *profile.Location) {
+	a[b2i(isReturn)][addr] = l
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// procLoc identifies a location of user code that is not at a binary's
+// link-time address by the process it was sampled in and its address
+// there.
+type procLoc struct {
 	proc     *proc.Process
-	mapping  *profile.Mapping
 	addr     uint64
 	isReturn bool
 }
@@ -791,8 +815,7 @@ func (b *builder) stack(s *sampler.Sample) namedStack {
 var lostStack = &profile.Location{Frames: []symbol.Frame{{Function: "[stack lost: stack map full]"}}}
 
 func (b *builder) kernel(addr uint64, isReturn bool) *profile.Location {
-	k := locKey{addr: addr, isReturn: isReturn}
-	if l := b.locs[k]; l != nil {
+	if l := b.kernLocs.at(addr, isReturn); l != nil {
 		return l
 	}
 	frames, module := b.c.sym.Kernel(addr, isReturn)
@@ -807,7 +830,7 @@ func (b *builder) kernel(addr uint64, isReturn bool) *profile.Location {
 		b.kernMaps[module] = m
 	}
 	l := &profile.Location{Address: addr, Mapping: m, Frames: frames}
-	b.locs[k] = l
+	b.kernLocs.put(addr, isReturn, l)
 	return l
 }
 
@@ -815,14 +838,15 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if p == nil {
 		return &profile.Location{Address: addr, Frames: []symbol.Frame{{Function: "[unknown]"}}}
 	}
-	// A location in a binary read at link time is keyed by that address
-	// alone, not also by process: a short-lived process of a known binary
-	// then adds no entries here.
-	lk := locKey{proc: p, addr: addr, isReturn: isReturn}
-	if pm := b.linkedOf(p, addr, isReturn); pm != nil {
-		lk = locKey{mapping: pm.Mapping, addr: addr - pm.bias, isReturn: isReturn}
-	}
-	if l := b.locs[lk]; l != nil {
+	// A location in a binary read at link time is kept by that address
+	// with the binary's mapping, not by process: a short-lived process of
+	// a known binary then adds no entries.
+	linked := b.linkedOf(p, addr, isReturn)
+	if linked != nil {
+		if l := linked.shared.locs.at(addr-linked.bias, isReturn); l != nil {
+			return l
+		}
+	} else if l := b.procLocs[procLoc{p, addr, isReturn}]; l != nil {
 		return l
 	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
@@ -845,18 +869,21 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if m != nil {
 		pm := b.mappingOf(m)
 		l.Mapping = pm.Mapping
-		if pm.linked {
+		if pm.shared != nil {
 			// Processes of one binary share its locations.
 			l.Address = addr - pm.bias
-			sk := locKey{mapping: pm.Mapping, addr: l.Address, isReturn: isReturn}
-			if shared := b.locs[sk]; shared != nil {
+			if shared := pm.shared.locs.at(l.Address, isReturn); shared != nil {
 				l = shared
 			} else {
-				b.locs[sk] = l
+				pm.shared.locs.put(l.Address, isReturn, l)
 			}
 		}
 	}
-	b.locs[lk] = l
+	if linked != nil {
+		linked.shared.locs.put(addr-linked.bias, isReturn, l)
+	} else {
+		b.procLocs[procLoc{p, addr, isReturn}] = l
+	}
 	return l
 }
 
@@ -876,7 +903,7 @@ func (b *builder) linkedOf(p *proc.Process, addr uint64, isReturn bool) *mapping
 		return nil
 	}
 	pm := b.mappingOf(m)
-	if !pm.linked {
+	if pm.shared == nil {
 		return nil
 	}
 	b.lastLinked = lastLinked{p, m, pm}
@@ -917,10 +944,18 @@ func (b *builder) mapping(m *proc.Mapping) *mappingBias {
 	k := linkedKey{m.Key(), pm}
 	shared := b.linked[k]
 	if shared == nil {
-		shared = &pm
+		shared = &linkedMapping{Mapping: pm, locs: addrLocs{{}, {}}}
 		b.linked[k] = shared
 	}
-	return &mappingBias{Mapping: shared, bias: bias, linked: true}
+	return &mappingBias{Mapping: &shared.Mapping, bias: bias, shared: shared}
+}
+
+// linkedMapping is the profile mapping of a binary at its link-time
+// addresses, shared by its processes, and its locations by those
+// addresses.
+type linkedMapping struct {
+	profile.Mapping
+	locs addrLocs
 }
 
 type linkedKey struct {
@@ -928,10 +963,10 @@ type linkedKey struct {
 	profile.Mapping
 }
 
-// mappingBias is a profile mapping and, when linked is set, how far the
-// process loaded it from where its binary was linked.
+// mappingBias is a profile mapping and, when it is a binary's at its
+// link-time addresses (shared), how far the process loaded it from there.
 type mappingBias struct {
 	*profile.Mapping
 	bias   uint64
-	linked bool
+	shared *linkedMapping
 }
