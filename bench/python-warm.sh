@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# python-warm.sh: what a python3 run's CPU time costs to sample when its
+# process is not new. bench/churn.sh's python3 run imports a few modules
+# and sums a range; here one long-lived python3 does the same over and
+# over (dropping the modules from sys.modules so that each round imports
+# them again), beside an agent. The agent's and its BPF programs' CPU
+# over it, less their idle rate after it, per CPU-second of the python3
+# and per CPU time of one churn run (measured here):
+# what a run would cost were it not new. bench/agent-pair.sh's figure a
+# run less this is what being new costs.
+#
+#	sudo bench/python-warm.sh AGENT_BIN                # 60 s busy, 60 s idle
+#	sudo SECS=120 bench/python-warm.sh AGENT_BIN
+set -euo pipefail
+cd "$(dirname "$0")/.."
+(($# == 1)) || { echo "usage: python-warm.sh AGENT_BIN" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "python-warm: needs root" >&2; exit 1; }
+command -v curl >/dev/null || { echo "python-warm: needs curl (apt-get install curl)" >&2; exit 1; }
+[[ ${CHURN_WITH:-python} == python ]] || { echo "python-warm: CHURN_WITH=$CHURN_WITH: python only" >&2; exit 2; }
+CHURN=1
+source bench/churn.sh # churn_cmd, agent_cpu
+secs=${SECS:-60}
+dir=$(mktemp -d) pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+
+# cpu PID: its CPU seconds, its threads' run time summed.
+cpu() { agent_cpu "$1"; }
+# bpf: the agent's BPF programs' run time, seconds.
+bpf() { curl -s "http://127.0.0.1:7491/metrics" | awk '$1 == "flint_bpf_run_seconds_total" { print $2 }'; }
+
+# The CPU time of one churn run: the mean of 20, as the kernel counts it.
+run_cpu=$("${churn_cmd[0]}" -c '
+import resource, subprocess, sys
+for _ in range(20):
+    subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print((r.ru_utime + r.ru_stime) / 20)' "${churn_cmd[@]}")
+
+"$1" agent --data-dir "$dir" --listen 127.0.0.1:7491 --doctor-every 0 >/dev/null 2>&1 &
+pids+=($!)
+agent=$!
+sleep 90 # its start's work done
+"${churn_cmd[0]}" -c '
+import sys
+again = ("json", "decimal", "_pydecimal", "random", "numbers", "bisect", "hashlib", "contextvars")
+while True:
+    for m in [m for m in sys.modules if m.split(".")[0].lstrip("_") in again]:
+        del sys.modules[m]
+    import json, decimal, random; sum(range(100000))' &
+pids+=($!)
+py=$!
+sleep 10 # past its first second, when it is young
+a0=$(cpu $agent) b0=$(bpf) p0=$(cpu $py)
+sleep "$secs"
+a1=$(cpu $agent) b1=$(bpf) p1=$(cpu $py)
+kill $py
+sleep 5
+a2=$(cpu $agent) b2=$(bpf)
+sleep "$secs"
+a3=$(cpu $agent) b3=$(bpf)
+awk -v s="$secs" -v run="$run_cpu" -v a0="$a0" -v a1="$a1" -v a2="$a2" -v a3="$a3" \
+	-v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v p0="$p0" -v p1="$p1" 'BEGIN {
+	py = p1 - p0
+	a = (a1 - a0) - (a3 - a2); b = (b1 - b0) - (b3 - b2) # equal spans: less the idle rate after
+	printf "a long-lived python3 importing again and again: %.1f CPU-s in %d s\n", py, s
+	printf "agent: idle %.3f%% of a core; %.3f ms a CPU-second of it, %.3f ms a churn run (%.1f ms of CPU)\n", (a3 - a2) / s * 100, a / py * 1000, a / py * run * 1000, run * 1000
+	printf "BPF:   idle %.3f%% of a core; %.3f ms a CPU-second of it, %.3f ms a churn run\n", (b3 - b2) / s * 100, b / py * 1000, b / py * run * 1000
+}'
