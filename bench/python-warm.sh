@@ -24,8 +24,6 @@ dir=$(mktemp -d) pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-# cpu PID: its CPU seconds, its threads' run time summed.
-cpu() { agent_cpu "$1"; }
 # bpf: the agent's BPF programs' run time, seconds.
 bpf() { curl -s "http://127.0.0.1:7491/metrics" | awk '$1 == "flint_bpf_run_seconds_total" { print $2 }'; }
 
@@ -51,14 +49,14 @@ while True:
 pids+=($!)
 py=$!
 sleep 10 # past its first second, when it is young
-a0=$(cpu $agent) b0=$(bpf) p0=$(cpu $py)
+a0=$(agent_cpu $agent) b0=$(bpf) p0=$(agent_cpu $py)
 sleep "$secs"
-a1=$(cpu $agent) b1=$(bpf) p1=$(cpu $py)
+a1=$(agent_cpu $agent) b1=$(bpf) p1=$(agent_cpu $py)
 kill $py
 sleep 5
-a2=$(cpu $agent) b2=$(bpf)
+a2=$(agent_cpu $agent) b2=$(bpf)
 sleep "$secs"
-a3=$(cpu $agent) b3=$(bpf)
+a3=$(agent_cpu $agent) b3=$(bpf)
 awk -v s="$secs" -v run="$run_cpu" -v a0="$a0" -v a1="$a1" -v a2="$a2" -v a3="$a3" \
 	-v b0="$b0" -v b1="$b1" -v b2="$b2" -v b3="$b3" -v p0="$p0" -v p1="$p1" 'BEGIN {
 	py = p1 - p0
