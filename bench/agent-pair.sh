@@ -46,8 +46,8 @@ for i in 0 1; do
 	pids+=($!)
 done
 # The readings' own programs, run once early in the warm-up: the agents
-# learn them (curl's thirty libraries, their unwind tables) then, not in
-# the idle minute before the runs, whose rate it made five times the
+# learn them (curl's libraries, their unwind tables) then, not in the idle
+# minute before the runs, whose rate that made four to nine times the
 # rate after them (docs/BENCHMARKS.md).
 sleep 10
 : "$(agent_cpu "${pids[0]}") $(switches "${pids[0]}") $(now) $(bpf 7191) $(bpf 7192) $(stat -c %s /dev/null) $(rm "$(mktemp)")"
