@@ -879,9 +879,9 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 			}
 		}
 	}
-	if linked != nil {
-		linked.shared.locs.put(addr-linked.bias, isReturn, l)
-	} else {
+	// A linked location went in with its mapping above: linkedOf and the
+	// symbolizer find the same mapping of p.
+	if linked == nil {
 		b.procLocs[procLoc{p, addr, isReturn}] = l
 	}
 	return l
