@@ -308,6 +308,7 @@ __u32 generation = 0;
 const struct sample_event *unused_sample_event __attribute__((unused));
 const struct new_proc *unused_new_proc __attribute__((unused));
 const struct listed_proc *unused_listed_proc __attribute__((unused));
+const struct proc_exit *unused_proc_exit __attribute__((unused));
 const enum listed_mapping_flags *unused_listed_mapping_flags __attribute__((unused));
 const enum listing_flags *unused_listing_flags __attribute__((unused));
 const enum sampler_stat *unused_sampler_stat __attribute__((unused));
@@ -1827,6 +1828,28 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 pid = BPF_CORE_READ(child, pid);
 	bpf_map_delete_elem(&known_procs, &pid);
 	__sync_fetch_and_add(&proc_epoch, 1);
+	return 0;
+}
+
+// The end of a thread group: its entries in unwind_procs and python_procs
+// are deleted here, not by user space with a system call each when it
+// forgets the process (docs/BENCHMARKS.md). A process the sampler knew is
+// told of (struct proc_exit), waking no one: user space forgets it without
+// reading /proc/PID/stat.
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	// do_exit counts the live threads down before this tracepoint.
+	if (p->signal->live.counter)
+		return 0;
+	__u32 tgid = p->tgid;
+	bpf_map_delete_elem(&unwind_procs, &tgid);
+	bpf_map_delete_elem(&python_procs, &tgid);
+	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
+	if (!known)
+		return 0; // never sampled: user space knows nothing of it
+	struct proc_exit e = {.pid = tgid, .generation = known->generation};
+	bpf_ringbuf_output(&proc_events, &e, sizeof(e), BPF_RB_NO_WAKEUP);
 	return 0;
 }
 

@@ -70,6 +70,15 @@ struct new_proc {
 	char comm[COMM_LEN];  // the thread group leader's name
 };
 
+// The end of a process the sampler knew (on_exit): its unwind_procs and
+// python_procs entries went with it, and user space forgets it without
+// reading /proc. In proc_events, after the process's announcement; a record
+// of this size is no announcement.
+struct proc_exit {
+	__u32 pid;
+	__u32 generation;
+};
+
 // A new process's executable mappings, listed by the kernel in the
 // process's own context (a task work the sampler schedules, Linux 6.18),
 // so that user space need not read /proc/PID/maps for files it knows.

@@ -243,6 +243,7 @@ func Run(ctx context.Context, o Options) error {
 		OnNewProc:     a.coll.Announced,
 		UnwindRows:    collect.UnwindRows(o.UnwindMemory),
 		OnStale:       a.coll.Refresh,
+		OnExit:        a.coll.Exited,
 		OnYoungPython: a.coll.RememberPython,
 		OnPythonCopy:  a.coll.RememberCopy,
 		OffCPU:        offCPUOptions(o.OffCPU),

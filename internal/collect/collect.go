@@ -68,6 +68,8 @@ type procEntry struct {
 	p *proc.Process
 	// lastUsed is the Forget round that last named a sample of p.
 	lastUsed uint64
+	// exited: the sampler told of its end (Exited).
+	exited bool
 }
 
 // procKey is one process image: a PID and the sampler's generation for it.
@@ -103,7 +105,8 @@ func (c *Collector) SetJIT(request func(pid int)) { c.jit = request }
 // own work: a Kernel write, opening a file (Learn).
 type Unwinder interface {
 	Learn(p *proc.Process, generation uint32)
-	Forget(pid, generation uint32)
+	// Forget drops a process image; exited says the process has exited.
+	Forget(pid, generation uint32, exited bool)
 }
 
 // SetUnwinder hands u every process image the Collector knows and learns
@@ -463,7 +466,12 @@ func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()
 	var stale []procKey
 	for k, e := range c.procs {
-		if e.lastUsed+forgetRounds <= round {
+		if e.lastUsed+forgetRounds > round {
+			continue
+		}
+		if e.exited {
+			c.drop(k)
+		} else {
 			stale = append(stale, k)
 		}
 	}
@@ -498,9 +506,20 @@ func (c *Collector) drop(k procKey) {
 	c.countFiles(e.p.Mappings, -1)
 	delete(c.procs, k)
 	if c.unwinder != nil {
-		c.unwinder.Forget(k.pid, k.generation)
+		c.unwinder.Forget(k.pid, k.generation, e.exited)
 	}
-	c.forgetPython(k)
+	c.forgetPython(k, e.exited)
+}
+
+// Exited notes that process image (pid, generation) has exited (the
+// sampler's OnExit): Forget drops it without reading /proc, and the
+// kernel entries it listed itself went with it.
+func (c *Collector) Exited(pid, generation uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.procs[procKey{pid, generation}]; e != nil {
+		e.exited = true
+	}
 }
 
 func (c *Collector) entry(k procKey) *proc.Process {

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"debug/elf"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
@@ -89,6 +90,44 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	}
 	if n := c.Processes(); n != 2 {
 		t.Errorf("%d process images known, want the live process's 2", n)
+	}
+}
+
+// forgets records what an Unwinder is told to forget.
+type forgets map[procKey]bool // exited
+
+func (forgets) Learn(*proc.Process, uint32) {}
+func (f forgets) Forget(pid, generation uint32, exited bool) {
+	f[procKey{pid, generation}] = exited
+}
+
+// TestCollectorForgetsExited checks that a process image the sampler told
+// has exited is forgotten after the rounds any process gets, /proc
+// unread (this process: alive there), and its unwinder told it exited,
+// while the other image of the PID, not told of, stays.
+func TestCollectorForgetsExited(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	f := forgets{}
+	c.SetUnwinder(f)
+	self := uint32(os.Getpid())
+	c.NewProc(self, 1)
+	c.NewProc(self, 2)
+	c.Exited(self, 1)
+	c.Exited(self, 3) // unknown: nothing to do
+	for round := uint64(1); round < forgetRounds; round++ {
+		c.Forget(round)
+	}
+	if n := c.Processes(); n != 2 {
+		t.Fatalf("%d process images known before their rounds are up, want 2", n)
+	}
+	c.Forget(forgetRounds)
+	if n := c.Processes(); n != 1 {
+		t.Errorf("%d process images known, want 1: the one not told of", n)
+	}
+	if want := (forgets{{self, 1}: true}); !maps.Equal(f, want) {
+		t.Errorf("unwinder told to forget %v, want %v", f, want)
 	}
 }
 

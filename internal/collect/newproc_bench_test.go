@@ -376,7 +376,7 @@ func BenchmarkLearnPython(b *testing.B) {
 					c.ReadPython(samples)
 				}
 				c.mu.Lock()
-				c.forgetPython(k)
+				c.forgetPython(k, false)
 				c.mu.Unlock()
 				gen++
 			}
@@ -389,7 +389,7 @@ func BenchmarkLearnPython(b *testing.B) {
 type nopPython struct{}
 
 func (nopPython) SetPython(uint32, uint32, *python.Interpreter) error { return nil }
-func (nopPython) DeletePython(uint32) error                           { return nil }
+func (nopPython) DeletePython(uint32, bool) error                     { return nil }
 
 // forget drops process image k, as the agent's Forget does once it has
 // exited.

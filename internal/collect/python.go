@@ -17,7 +17,9 @@ import (
 // told of (the sampler).
 type PythonKernel interface {
 	SetPython(pid, generation uint32, in *python.Interpreter) error
-	DeletePython(pid uint32) error
+	// DeletePython stops reading process pid's frames; exited says it has
+	// exited, and the kernel took what it listed itself with it.
+	DeletePython(pid uint32, exited bool) error
 }
 
 // SetPython has the Collector find the CPython interpreter of each process
@@ -95,15 +97,15 @@ func (c *Collector) notePython(err error) {
 }
 
 // forgetPython drops what the Collector and the kernel know of a process
-// image's interpreter. Callers hold mu.
-func (c *Collector) forgetPython(k procKey) {
+// image's interpreter; exited as Exited's. Callers hold mu.
+func (c *Collector) forgetPython(k procKey, exited bool) {
 	pp := c.pythons[k]
 	if pp == nil {
 		return
 	}
 	pp.Close()
 	delete(c.pythons, k)
-	_ = c.pyKernel.DeletePython(k.pid) // gone from the map already: nothing to do
+	_ = c.pyKernel.DeletePython(k.pid, exited) // gone from the map already: nothing to do
 }
 
 // ReadPython reads the code objects the Python frames of samples ran as

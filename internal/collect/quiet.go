@@ -253,7 +253,9 @@ func (q *quietFiles) SetUnwind(pid, generation uint32, ms []unwind.Mapping, part
 	return nil
 }
 
-func (q *quietFiles) DeleteUnwind(pid uint32) error { return q.k.DeleteUnwind(pid) }
+func (q *quietFiles) DeleteUnwind(pid uint32, exited bool) error {
+	return q.k.DeleteUnwind(pid, exited)
+}
 
 // learnFilled runs learn, the unwinder learning np, a process whose
 // tables the kernel may have filled (np.TablesFilled).

@@ -44,10 +44,10 @@ func (k *fakeQuiet) SetQuietPython(f sampler.KernelFile, offset, start uint64, i
 	return nil
 }
 
-func (k *fakeQuiet) SetQuietCgroups(key uint64) error     { k.cgroups[key] = true; return nil }
-func (k *fakeQuiet) DeleteQuietCgroups(key uint64) error  { delete(k.cgroups, key); return nil }
-func (k *fakeQuiet) WriteRows(uint32, []unwind.Row) error { return nil }
-func (k *fakeQuiet) DeleteUnwind(pid uint32) error        { delete(k.listed, pid); return nil }
+func (k *fakeQuiet) SetQuietCgroups(key uint64) error      { k.cgroups[key] = true; return nil }
+func (k *fakeQuiet) DeleteQuietCgroups(key uint64) error   { delete(k.cgroups, key); return nil }
+func (k *fakeQuiet) WriteRows(uint32, []unwind.Row) error  { return nil }
+func (k *fakeQuiet) DeleteUnwind(pid uint32, _ bool) error { delete(k.listed, pid); return nil }
 
 func (k *fakeQuiet) SetUnwind(pid, _ uint32, ms []unwind.Mapping, _ bool) error {
 	k.listed[pid] = ms

@@ -95,6 +95,12 @@ type profileOffCpuSpan struct {
 	Key   profileSampleKey
 }
 
+type profileProcExit struct {
+	_          structs.HostLayout
+	Pid        uint32
+	Generation uint32
+}
+
 type profilePythonCode struct {
 	_          structs.HostLayout
 	Pid        uint32
@@ -355,6 +361,7 @@ const (
 	profileMapUnwindRows               = "unwind_rows"
 	profileMapWalkScratch              = "walk_scratch"
 	profileProgOnExec                  = "on_exec"
+	profileProgOnExit                  = "on_exit"
 	profileProgOnFork                  = "on_fork"
 	profileProgOnSwitch                = "on_switch"
 	profileProgSample                  = "sample"
@@ -373,6 +380,7 @@ const (
 	profileVarUnusedListedProc         = "unused_listed_proc"
 	profileVarUnusedListingFlags       = "unused_listing_flags"
 	profileVarUnusedNewProc            = "unused_new_proc"
+	profileVarUnusedProcExit           = "unused_proc_exit"
 	profileVarUnusedPythonCode         = "unused_python_code"
 	profileVarUnusedPythonFrameBits    = "unused_python_frame_bits"
 	profileVarUnusedPythonLayout       = "unused_python_layout"
@@ -429,6 +437,7 @@ type profileSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type profileProgramSpecs struct {
 	OnExec   *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit   *ebpf.ProgramSpec `ebpf:"on_exit"`
 	OnFork   *ebpf.ProgramSpec `ebpf:"on_fork"`
 	OnSwitch *ebpf.ProgramSpec `ebpf:"on_switch"`
 	Sample   *ebpf.ProgramSpec `ebpf:"sample"`
@@ -485,6 +494,7 @@ type profileVariableSpecs struct {
 	UnusedListedProc         *ebpf.VariableSpec `ebpf:"unused_listed_proc"`
 	UnusedListingFlags       *ebpf.VariableSpec `ebpf:"unused_listing_flags"`
 	UnusedNewProc            *ebpf.VariableSpec `ebpf:"unused_new_proc"`
+	UnusedProcExit           *ebpf.VariableSpec `ebpf:"unused_proc_exit"`
 	UnusedPythonCode         *ebpf.VariableSpec `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits    *ebpf.VariableSpec `ebpf:"unused_python_frame_bits"`
 	UnusedPythonLayout       *ebpf.VariableSpec `ebpf:"unused_python_layout"`
@@ -596,6 +606,7 @@ type profileVariables struct {
 	UnusedListedProc         *ebpf.Variable `ebpf:"unused_listed_proc"`
 	UnusedListingFlags       *ebpf.Variable `ebpf:"unused_listing_flags"`
 	UnusedNewProc            *ebpf.Variable `ebpf:"unused_new_proc"`
+	UnusedProcExit           *ebpf.Variable `ebpf:"unused_proc_exit"`
 	UnusedPythonCode         *ebpf.Variable `ebpf:"unused_python_code"`
 	UnusedPythonFrameBits    *ebpf.Variable `ebpf:"unused_python_frame_bits"`
 	UnusedPythonLayout       *ebpf.Variable `ebpf:"unused_python_layout"`
@@ -614,6 +625,7 @@ type profileVariables struct {
 // It can be passed to loadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilePrograms struct {
 	OnExec   *ebpf.Program `ebpf:"on_exec"`
+	OnExit   *ebpf.Program `ebpf:"on_exit"`
 	OnFork   *ebpf.Program `ebpf:"on_fork"`
 	OnSwitch *ebpf.Program `ebpf:"on_switch"`
 	Sample   *ebpf.Program `ebpf:"sample"`
@@ -622,6 +634,7 @@ type profilePrograms struct {
 func (p *profilePrograms) Close() error {
 	return _ProfileClose(
 		p.OnExec,
+		p.OnExit,
 		p.OnFork,
 		p.OnSwitch,
 		p.Sample,

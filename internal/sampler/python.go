@@ -14,6 +14,7 @@ func (s *Sampler) SetPython(pid, generation uint32, in *python.Interpreter) erro
 	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&pid), unsafe.Pointer(&p)); err != nil {
 		return fmt.Errorf("set python interpreter of process %d: %w", pid, err)
 	}
+	s.pythonWritten.add(pid)
 	return s.forgetLacks()
 }
 
@@ -55,7 +56,10 @@ func pythonProc(generation uint32, in *python.Interpreter) profilePythonProc {
 }
 
 // DeletePython stops reading process pid's Python frames. A process
-// without them is no error.
-func (s *Sampler) DeletePython(pid uint32) error {
+// without them is no error. exited as DeleteUnwind's.
+func (s *Sampler) DeletePython(pid uint32, exited bool) error {
+	if !s.pythonWritten.take(pid) && exited {
+		return nil
+	}
 	return deleteKey(s.objs.PythonProcs, pid, "python interpreter of process", pid)
 }

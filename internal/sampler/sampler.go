@@ -88,6 +88,11 @@ type Options struct {
 	// again; not when the process could list itself again, which
 	// OnNewProc then hands over (NewProc.Relisted).
 	OnStale func(pid, generation uint32)
+	// OnExit is called, from a goroutine of the sampler or in Drain, when
+	// a process it announced has exited, its last thread gone; not for
+	// every one (a full ring loses some), and not at once: the kernel
+	// tells of it without waking anyone.
+	OnExit func(pid, generation uint32)
 	// OnYoungPython is called, from a goroutine of the sampler, with the
 	// Python frames (frame words, see package python) of a sample of a
 	// CPython process (SetPython) started less than a second before,
@@ -213,6 +218,11 @@ type Sampler struct {
 	// process.
 	unwindMu   sync.Mutex
 	unwindProc profileUnwindProc
+
+	// The processes whose unwind_procs and python_procs entries
+	// SetUnwind and SetPython wrote: on_exit deletes an exited process's
+	// entries, but one written after the exit outlives it.
+	unwindWritten, pythonWritten writtenPIDs
 }
 
 // Start loads the BPF program and starts sampling on every online CPU.
@@ -309,6 +319,7 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec) error {
 		profileVariables
 		OnExec *ebpf.Program `ebpf:"on_exec"`
 		OnFork *ebpf.Program `ebpf:"on_fork"`
+		OnExit *ebpf.Program `ebpf:"on_exit"`
 		Sample *ebpf.Program `ebpf:"sample"`
 	}
 	if err := coll.Assign(&objs); err != nil {
@@ -317,7 +328,7 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec) error {
 	}
 	s.sections = coll // what Assign left: the data sections' maps
 	s.objs.profileMaps, s.objs.profileVariables = objs.profileMaps, objs.profileVariables
-	s.objs.OnExec, s.objs.OnFork, s.objs.Sample = objs.OnExec, objs.OnFork, objs.Sample
+	s.objs.OnExec, s.objs.OnFork, s.objs.OnExit, s.objs.Sample = objs.OnExec, objs.OnFork, objs.OnExit, objs.Sample
 	if s.opts.OffCPU != nil {
 		s.offCPUSpec, s.offCPUMaps = spec, all
 	}
@@ -388,6 +399,14 @@ func (s *Sampler) start() error {
 	s.wg.Add(3)
 	var listed []ListedMapping // the announcements' scratch, under s.procs.mu
 	s.onProc = func(raw []byte) {
+		var exit profileProcExit
+		if len(raw) == int(unsafe.Sizeof(exit)) {
+			if s.opts.OnExit != nil {
+				s.opts.OnExit(binary.NativeEndian.Uint32(raw[unsafe.Offsetof(exit.Pid):]),
+					binary.NativeEndian.Uint32(raw[unsafe.Offsetof(exit.Generation):]))
+			}
+			return
+		}
 		if p, ok := decodeNewProc(raw, listed[:0]); ok && s.opts.OnNewProc != nil {
 			s.opts.OnNewProc(p)
 			if p.Listed {
@@ -432,7 +451,7 @@ func (s *Sampler) start() error {
 		s.wg.Add(1)
 		go s.waitHalfFull()
 	}
-	for _, tp := range []*ebpf.Program{s.objs.OnExec, s.objs.OnFork} {
+	for _, tp := range []*ebpf.Program{s.objs.OnExec, s.objs.OnFork, s.objs.OnExit} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: tp})
 		if err != nil {
 			return classify(fmt.Errorf("attach %s: %w", tp, err))
@@ -828,7 +847,7 @@ func (s *Sampler) Stats() (Stats, error) {
 // statistics are enabled (see EnableStats), and the time of the
 // listings' task works, which those statistics miss, always counted.
 func (s *Sampler) ProgramStats() (runTime time.Duration, runs uint64, err error) {
-	progs := []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork}
+	progs := []*ebpf.Program{s.objs.Sample, s.objs.OnExec, s.objs.OnFork, s.objs.OnExit}
 	if s.objs.OnSwitch != nil { // with Options.OffCPU
 		progs = append(progs, s.objs.OnSwitch)
 	}

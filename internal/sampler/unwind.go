@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -84,13 +85,45 @@ func (s *Sampler) SetUnwind(pid, generation uint32, ms []unwind.Mapping, partial
 	if err != nil {
 		return fmt.Errorf("set unwind mappings of process %d: %w", pid, err)
 	}
+	s.unwindWritten.add(pid)
 	return s.forgetLacks()
 }
 
 // DeleteUnwind forgets process pid's unwind mappings; its stacks go back
-// to frame pointers. A process without them is no error.
-func (s *Sampler) DeleteUnwind(pid uint32) error {
+// to frame pointers. A process without them is no error. exited says the
+// process has exited, and took with it the mappings the kernel listed
+// (on_exit): only those SetUnwind wrote, perhaps after the exit, are
+// deleted then.
+func (s *Sampler) DeleteUnwind(pid uint32, exited bool) error {
+	if !s.unwindWritten.take(pid) && exited {
+		return nil
+	}
 	return deleteKey(s.objs.UnwindProcs, pid, "unwind mappings of process", pid)
+}
+
+// writtenPIDs are the processes whose entries of a map user space wrote
+// and has not deleted.
+type writtenPIDs struct {
+	mu   sync.Mutex
+	pids map[uint32]struct{}
+}
+
+func (w *writtenPIDs) add(pid uint32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pids == nil {
+		w.pids = map[uint32]struct{}{}
+	}
+	w.pids[pid] = struct{}{}
+}
+
+// take removes pid, reporting whether it was there.
+func (w *writtenPIDs) take(pid uint32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.pids[pid]
+	delete(w.pids, pid)
+	return ok
 }
 
 // deleteKey deletes key's entry of m, what of whom (the error's words); one

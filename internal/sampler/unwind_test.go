@@ -2,12 +2,15 @@ package sampler
 
 import (
 	"debug/elf"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/flint-dev/flint/internal/proc"
@@ -235,8 +238,100 @@ func BenchmarkSetUnwind(b *testing.B) {
 		if err := s.SetUnwind(pid, 1, ms, false); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.DeleteUnwind(pid); err != nil {
+		if err := s.DeleteUnwind(pid, false); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestExitTakesEntries checks that a process's end takes its unwind and
+// Python entries with it in the kernel, and that the sampler tells of it:
+// two spinning shells, both announced; one listed by SetUnwind, the
+// other's entries written as the kernel fills them (not by SetUnwind),
+// both killed. An entry SetUnwind writes after the exit is still deleted
+// by DeleteUnwind of an exited process.
+func TestExitTakesEntries(t *testing.T) {
+	requireBPF(t)
+	announced := make(chan NewProc, 1024)
+	exited := make(chan [2]uint32, 1024)
+	s, err := Start(Options{Frequency: 997, UnwindRows: 64,
+		OnNewProc: func(p NewProc) { p.Mappings = nil; announced <- p },
+		OnExit:    func(pid, gen uint32) { exited <- [2]uint32{pid, gen} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	shells := make([]*exec.Cmd, 2)
+	gens := map[uint32]uint32{}
+	for i := range shells {
+		shells[i] = exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := shells[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		sh := shells[i]
+		t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	}
+	pid := func(i int) uint32 { return uint32(shells[i].Process.Pid) }
+	for deadline := time.Now().Add(10 * time.Second); len(gens) < 2 && time.Now().Before(deadline); {
+		select {
+		case p := <-announced:
+			if p.PID == pid(0) || p.PID == pid(1) {
+				gens[p.PID] = p.Generation
+			}
+		case <-time.After(100 * time.Millisecond):
+			s.Drain() // quiet announcements wait for a drain
+		}
+	}
+	if len(gens) < 2 {
+		t.Fatalf("shells %d and %d announced as %v", pid(0), pid(1), gens)
+	}
+	ms := []unwind.Mapping{{Start: 0x10000, End: 0x20000, Base: 0x10000, Rows: 1}}
+	if err := s.SetUnwind(pid(0), gens[pid(0)], ms, false); err != nil {
+		t.Fatal(err)
+	}
+	var kernels profileUnwindProc // as fill_tables writes it
+	kernels.Generation, kernels.Len = gens[pid(1)], 1
+	p1 := pid(1)
+	if err := putRaw(s.objs.UnwindProcs, unsafe.Pointer(&p1), unsafe.Pointer(&kernels)); err != nil {
+		t.Fatal(err)
+	}
+	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&p1), unsafe.Pointer(&profilePythonProc{Generation: gens[p1]})); err != nil {
+		t.Fatal(err)
+	}
+	for i := range shells {
+		shells[i].Process.Kill()
+		shells[i].Wait()
+	}
+	var got profileUnwindProc
+	var py profilePythonProc
+	for i := range shells {
+		if err := s.objs.UnwindProcs.Lookup(pid(i), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("shell %d's unwind entry after its exit: %v", pid(i), err)
+		}
+	}
+	if err := s.objs.PythonProcs.Lookup(p1, &py); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("shell %d's Python entry after its exit: %v", p1, err)
+	}
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	told := map[uint32]uint32{}
+	for _, e := range drainChan(exited) {
+		told[e[0]] = e[1]
+	}
+	for i := range shells {
+		if g, ok := told[pid(i)]; !ok || g != gens[pid(i)] {
+			t.Errorf("shell %d (generation %d) exited, told: %v", pid(i), gens[pid(i)], told)
+		}
+	}
+	// Written after the exit: deleted all the same.
+	if err := s.SetUnwind(pid(0), gens[pid(0)], ms, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUnwind(pid(0), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.UnwindProcs.Lookup(pid(0), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("an entry written after the exit outlives DeleteUnwind: %v", err)
 	}
 }

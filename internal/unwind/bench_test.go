@@ -25,7 +25,7 @@ func BenchmarkTablesLearn(b *testing.B) {
 		pid := 2 + i
 		tb.Learn(&proc.Process{PID: pid, Mappings: ms}, 1)
 		time.Sleep(time.Millisecond)
-		tb.Forget(uint32(pid), 1)
+		tb.Forget(uint32(pid), 1, false)
 		time.Sleep(time.Millisecond)
 	}
 	b.ReportMetric(float64(selfCPU(b)-start)/float64(b.N), "cpu-ns/op")

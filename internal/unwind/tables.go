@@ -23,8 +23,9 @@ type Kernel interface {
 	// SetUnwind lists the executable mappings of process pid's image;
 	// partial says some were left out, so code outside ms is no news.
 	SetUnwind(pid, generation uint32, ms []Mapping, partial bool) error
-	// DeleteUnwind forgets process pid.
-	DeleteUnwind(pid uint32) error
+	// DeleteUnwind forgets process pid. exited says the process has
+	// exited: the kernel took what it listed itself with it.
+	DeleteUnwind(pid uint32, exited bool) error
 }
 
 // Mapping is one executable mapping of a process as the walker sees it.
@@ -187,12 +188,13 @@ func (t *Tables) Learn(p *proc.Process, generation uint32) {
 	t.do(job{pid: p.PID, generation: generation, mappings: append([]proc.Mapping(nil), p.Mappings...)})
 }
 
-// Forget stops walking process pid's image generation with tables.
-func (t *Tables) Forget(pid, generation uint32) {
+// Forget stops walking process pid's image generation with tables;
+// exited says the process has exited (Kernel.DeleteUnwind).
+func (t *Tables) Forget(pid, generation uint32, exited bool) {
 	t.work.Lock()
 	defer t.work.Unlock()
 	if !t.closed {
-		t.forget(pid, generation)
+		t.forget(pid, generation, exited)
 	}
 }
 
@@ -409,7 +411,7 @@ func (t *Tables) list(j job, relisted time.Time) {
 	vdsoOnly := len(used) == 1 && used[0] == t.binaries[proc.FileKey{}]
 	if len(used) == 0 || vdsoOnly {
 		t.unpin(used)
-		t.unlist(pid)
+		t.unlist(pid, false)
 		return
 	}
 	if err := t.k.SetUnwind(pid, generation, ms, len(ms) < len(j.mappings)); err != nil {
@@ -439,21 +441,21 @@ func (t *Tables) unpin(tables []*table) {
 
 // forget unlists pid and stops waiting for its tables, if its image is
 // generation (any, for 0): a table built later does not list it again.
-func (t *Tables) forget(pid, generation uint32) {
+func (t *Tables) forget(pid, generation uint32, exited bool) {
 	if w, ok := t.waiting[pid]; ok && (generation == 0 || w.generation == generation) {
 		delete(t.waiting, pid)
 	}
 	if l := t.procs[pid]; l != nil && (generation == 0 || l.generation == generation) {
-		t.unlist(pid)
+		t.unlist(pid, exited)
 	}
 }
 
-// unlist removes pid from the Kernel, if listed.
-func (t *Tables) unlist(pid uint32) {
+// unlist removes pid from the Kernel, if listed; exited as Forget's.
+func (t *Tables) unlist(pid uint32, exited bool) {
 	if t.procs[pid] == nil {
 		return
 	}
-	t.k.DeleteUnwind(pid)
+	t.k.DeleteUnwind(pid, exited)
 	t.release(pid)
 }
 

@@ -67,7 +67,7 @@ func (k *fakeKernel) next(t *testing.T, pid uint32) []Mapping {
 	}
 }
 
-func (k *fakeKernel) DeleteUnwind(pid uint32) error {
+func (k *fakeKernel) DeleteUnwind(pid uint32, _ bool) error {
 	delete(k.procs, pid)
 	return nil
 }
@@ -219,7 +219,7 @@ func TestTablesBudget(t *testing.T) {
 	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
 	tb.Flush()
 	// PID 1 exits: its libm table may go for libc's.
-	tb.Forget(1, 1)
+	tb.Forget(1, 1, false)
 	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libc, 0x2000000)}}, 1)
 	tb.Flush()
 	tb.Close()
@@ -305,7 +305,7 @@ func TestTablesGenerations(t *testing.T) {
 	tb := newTables(k, 1<<22)
 	tb.Learn(&proc.Process{PID: 5, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
 	tb.Learn(&proc.Process{PID: 5, Mappings: []proc.Mapping{mapping(t, libc, 0x3000000)}}, 2)
-	tb.Forget(5, 1)
+	tb.Forget(5, 1, false)
 	tb.Learn(&proc.Process{PID: 6, Mappings: []proc.Mapping{mapping(t, withoutCFI, 0x1000000)}}, 1)
 	tb.Flush()
 	tb.Close()
@@ -414,8 +414,8 @@ func TestTablesForgetWhileBuilding(t *testing.T) {
 	tb.Learn(&proc.Process{PID: 2, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000), mapping(t, libm, 0x3000000)}}, 1)
 	tb.Learn(&proc.Process{PID: 3, Mappings: []proc.Mapping{mapping(t, libm, 0x3000000)}}, 1)
 	k.next(t, 2)
-	tb.Forget(2, 1)
-	tb.Forget(3, 1)
+	tb.Forget(2, 1, false)
+	tb.Forget(3, 1, false)
 	// Listed after the Forgets are done, libm's table still being built.
 	tb.Learn(&proc.Process{PID: 4, Mappings: []proc.Mapping{mapping(t, libc, 0x1000000)}}, 1)
 	k.next(t, 4)
