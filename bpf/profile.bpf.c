@@ -358,9 +358,11 @@ static __always_inline void new_proc_of(struct new_proc *e, __u32 tgid, __u32 ge
 }
 
 // Linux 6.18's task works: absent, every announcement is sent at once.
-extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw, void *map__map,
-					      bpf_task_work_callback_t callback, void *aux__prog) __ksym __weak;
-extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task, __u64 addr) __ksym __weak;
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw,
+					      void *map__map, bpf_task_work_callback_t callback,
+					      void *aux__prog) __ksym __weak;
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task,
+				 __u64 addr) __ksym __weak;
 extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __ksym __weak;
 extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __ksym __weak;
 
@@ -401,7 +403,8 @@ struct {
 // vma is the task_vma iterator's, a BTF pointer: its fields, and those of
 // the structures it points to, are plain loads (a fault reads 0), not a
 // read helper's call each.
-static __always_inline void list_mapping(struct listed_mapping *m, struct vm_area_struct *vma, __u64 vdso)
+static __always_inline void list_mapping(struct listed_mapping *m, struct vm_area_struct *vma,
+					 __u64 vdso)
 {
 	m->start = vma->vm_start;
 	m->end = vma->vm_end;
@@ -655,8 +658,9 @@ static __noinline int list_proc(struct listed_proc *l)
 	__u32 n = l->len;
 	if (n > MAX_LISTED_MAPPINGS)
 		n = MAX_LISTED_MAPPINGS; // as it is: tells the verifier
-	if (bpf_ringbuf_output(&proc_events, l,
-			       offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
+	if (bpf_ringbuf_output(
+		&proc_events, l,
+		offsetof(struct listed_proc, mappings) + n * sizeof(struct listed_mapping), wake))
 		count(STAT_PROC_EVENTS_LOST);
 	// After the announcement: a Python sample's records (python_young)
 	// then come after it, and user space, which reads announcements
@@ -696,13 +700,15 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 // pending, which lists what it has then; the first announcement replaces
 // a listing left by an earlier process of the PID. sample: the listing
 // takes the current thread's sample after it (sample_listed).
-static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted, bool sample)
+static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted,
+					    bool sample)
 {
 	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
 		return false;
 	__u32 zero = 0;
 	struct listing_bytes *blank = bpf_map_lookup_elem(&blank_listing, &zero);
-	if (!blank || bpf_map_update_elem(&listings, &tgid, blank, relisted ? BPF_NOEXIST : BPF_ANY))
+	if (!blank ||
+	    bpf_map_update_elem(&listings, &tgid, blank, relisted ? BPF_NOEXIST : BPF_ANY))
 		return false;
 	struct listing *l = bpf_map_lookup_elem(&listings, &tgid);
 	if (!l)
@@ -710,7 +716,8 @@ static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool r
 	new_proc_of(&l->proc.proc, tgid, generation);
 	l->proc.flags = relisted ? LISTING_RELISTED : 0;
 	l->sample = sample;
-	if (bpf_task_work_schedule_resume_impl(bpf_get_current_task_btf(), &l->work, &listings, list_mappings, NULL)) {
+	if (bpf_task_work_schedule_resume_impl(bpf_get_current_task_btf(), &l->work, &listings,
+					       list_mappings, NULL)) {
 		bpf_map_delete_elem(&listings, &tgid);
 		return false;
 	}
@@ -734,7 +741,8 @@ static __always_inline bool single_threaded(void)
 // while the others run, and the off-CPU program runs in the scheduler.
 // A sample of user code is handed to the listing (*handed), which walks
 // it with the tables it fills: the sampler has none for the process yet.
-static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user, bool *handed)
+static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user,
+						  bool *handed)
 {
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
 	if (known)
@@ -747,7 +755,8 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 		return known ? *known : k;
 	}
 	bool hand = sampled && in_user && use_ringbuf;
-	if (sampled && (in_user || single_threaded()) && announce_listed(tgid, k.generation, false, hand)) {
+	if (sampled && (in_user || single_threaded()) &&
+	    announce_listed(tgid, k.generation, false, hand)) {
 		*handed = hand;
 		return k;
 	}
@@ -874,7 +883,7 @@ _Static_assert(STACK_BLOCK <= 4096 && (STACK_BLOCK & (STACK_BLOCK - 1)) == 0,
 // for the agent's program where it now checks 156,000 (its limit is a
 // million); it does not follow values in maps.
 struct walk_scratch {
-	__u32 n;	  // frames in the walk's ips
+	__u32 n; // frames in the walk's ips
 	__u32 pad;
 	__u64 words[2];	  // read_stack's
 	__u64 block_addr; // where block was copied from; odd: nothing
@@ -906,7 +915,8 @@ __noinline int read_stack(struct walk_scratch *ws, __u64 addr)
 		if (off > STACK_BLOCK - 16 || // across the block's end
 		    bpf_probe_read_user(ws->block, STACK_BLOCK, (const void *)start) != 0) {
 			ws->block_addr = 1;
-			return bpf_probe_read_user(ws->words, sizeof(ws->words), (const void *)addr);
+			return bpf_probe_read_user(ws->words, sizeof(ws->words),
+						   (const void *)addr);
 		}
 		ws->block_addr = start;
 	}
@@ -1011,7 +1021,8 @@ static __always_inline void mark_stale(struct walk *w, bool in_user, bool may_li
 		return;
 	w->proc->stale = 1;
 	count(STAT_UNWIND_STALE);
-	if (may_list && (in_user || single_threaded()) && announce_listed(w->tgid, w->generation, true, false))
+	if (may_list && (in_user || single_threaded()) &&
+	    announce_listed(w->tgid, w->generation, true, false))
 		return;
 	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
 	if (!e)
@@ -1133,7 +1144,13 @@ static __always_inline long walk_user(void *ctx, bool in_user, struct task_struc
 	struct walk_scratch *ws = bpf_map_lookup_elem(&walk_scratch, &key);
 	if (!ws)
 		return -1;
-	struct walk w = {.ips = ips, .proc = p, .ws = ws, .tgid = tgid, .generation = gen, .exact = true, .by_rows = true};
+	struct walk w = {.ips = ips,
+			 .proc = p,
+			 .ws = ws,
+			 .tgid = tgid,
+			 .generation = gen,
+			 .exact = true,
+			 .by_rows = true};
 	if (in_user) {
 		// Loads at fixed offsets of the context, as the verifier wants.
 		struct bpf_perf_event_data *pe = ctx;
@@ -1324,7 +1341,8 @@ __noinline int python_frames(__u32 tgid, __u32 tid, __u32 gen, __u64 fsbase,
 	if (len > PY_FRAME_HEAD)
 		return 0; // not offsets flint has (internal/python)
 	__u64 tstate = python_tstate(p, tid, fsbase);
-	struct python_walk w = {.o = o, .out = out->frames, .head = ws->frame_head, .head_len = len};
+	struct python_walk w = {
+	    .o = o, .out = out->frames, .head = ws->frame_head, .head_len = len};
 	if (!tstate || !read_user(&w.frame, tstate + p->o.tstate_frame)) {
 		count(STAT_PYTHON_NO_THREAD);
 		return 0;
@@ -1415,7 +1433,8 @@ static __always_inline void send_event(struct sample_event *e);
 static __always_inline void emit(struct bpf_perf_event_data *ctx, struct sample_event *e,
 				 struct task_struct *task, struct scratch *sc)
 {
-	__u32 user_len = user_frames(ctx, user_mode(ctx), task, &sc->seen, e->tid, e->ips, &sc->python);
+	__u32 user_len =
+	    user_frames(ctx, user_mode(ctx), task, &sc->seen, e->tid, e->ips, &sc->python);
 	e->user_len = user_len;
 	e->kernel_len = 0;
 	if (kernel_stacks && !user_mode(ctx) && user_len <= MAX_STACK_DEPTH)
@@ -1433,7 +1452,7 @@ static __always_inline void send_event(struct sample_event *e)
 	// User space drains once a window: wake it only once the ring is half
 	// full (Sampler.DrainSoon).
 	__u64 wake = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >=
-				 bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2
+			     bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2
 			 ? BPF_RB_FORCE_WAKEUP
 			 : BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&samples, e, size, wake) != 0)
@@ -1456,8 +1475,8 @@ static __always_inline bool copy_head(__u8 *buf, __u64 addr, struct python_objec
 // copy_rest completes the copy in buf (max bytes) of the object at addr,
 // whose head copy_head copied and whose size it says (0: unknown): the
 // whole object when it fits, else the head only. Returns the bytes copied.
-static __always_inline __u32 copy_rest(__u8 *buf, __u32 max, __u64 addr,
-				       struct python_object *obj, __u64 size)
+static __always_inline __u32 copy_rest(__u8 *buf, __u32 max, __u64 addr, struct python_object *obj,
+				       __u64 size)
 {
 	if (size == 0 || size > max)
 		return obj->len;
@@ -1539,7 +1558,8 @@ static long python_copy_step(__u64 i, void *arg)
 		pid = 0;
 		gen = p->image_id;
 	}
-	__u32 slot = (__u32)((key >> 4) * 0x9E3779B97F4A7C15ULL >> 52) ^ (pid & (PY_SENT_SLOTS - 1));
+	__u32 slot =
+	    (__u32)((key >> 4) * 0x9E3779B97F4A7C15ULL >> 52) ^ (pid & (PY_SENT_SLOTS - 1));
 	struct python_code_key *sent = bpf_map_lookup_elem(&python_codes_sent, &slot);
 	if (!sent)
 		return 1;
@@ -1552,8 +1572,8 @@ static long python_copy_step(__u64 i, void *arg)
 	c->addr = addr;
 	copy_str(c->name, header_ptr(c, p->o.code_name), &c->objects[PY_OBJECT_NAME], &p->o);
 	copy_str(c->file, header_ptr(c, p->o.code_filename), &c->objects[PY_OBJECT_FILE], &p->o);
-	__u32 table = copy_bytes(c->table, header_ptr(c, p->o.code_linetable),
-				 &c->objects[PY_OBJECT_TABLE]);
+	__u32 table =
+	    copy_bytes(c->table, header_ptr(c, p->o.code_linetable), &c->objects[PY_OBJECT_TABLE]);
 	if (table > PY_TABLE_MAX)
 		return 1; // never: a bound the verifier can see
 	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table,
@@ -1707,7 +1727,8 @@ __noinline int sample_listed(__u32 generation)
 	sc->seen.known.lacks = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	long n = walk_user(NULL, false, task, &sc->seen, e->ips, SLOT_TASK_WORK);
 	if (n < 0) // stack_frames' walk, by the task: a task work has no perf context
-		n = frames_of(bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK),
+		n = frames_of(bpf_get_task_stack(task, e->ips, MAX_STACK_DEPTH * sizeof(__u64),
+						 BPF_F_USER_STACK),
 			      STAT_USER_STACK_ERR);
 	e->user_len = n < MAX_STACK_DEPTH ? n : MAX_STACK_DEPTH;
 	e->kernel_len = 0;

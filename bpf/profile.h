@@ -259,7 +259,7 @@ enum python_record {
 // A line table's bytes object, header included: a python3 run's imports
 // have three past 4 KiB, the largest typing's module code at 5.7 KiB.
 #define PY_TABLE_MAX 8192
-#define PY_OBJECT_HEAD 48  // what every object's size is read from
+#define PY_OBJECT_HEAD 48 // what every object's size is read from
 
 enum python_object_index {
 	PY_OBJECT_NAME,
