@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,21 +262,12 @@ func TestExitTakesEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	shells := make([]*exec.Cmd, 2)
+	pids := spinningShells(t, 2)
 	gens := map[uint32]uint32{}
-	for i := range shells {
-		shells[i] = exec.Command("/bin/sh", "-c", "while :; do :; done")
-		if err := shells[i].Start(); err != nil {
-			t.Fatal(err)
-		}
-		sh := shells[i]
-		t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
-	}
-	pid := func(i int) uint32 { return uint32(shells[i].Process.Pid) }
 	for deadline := time.Now().Add(10 * time.Second); len(gens) < 2 && time.Now().Before(deadline); {
 		select {
 		case p := <-announced:
-			if p.PID == pid(0) || p.PID == pid(1) {
+			if slices.Contains(pids, p.PID) {
 				gens[p.PID] = p.Generation
 			}
 		case <-time.After(100 * time.Millisecond):
@@ -283,34 +275,39 @@ func TestExitTakesEntries(t *testing.T) {
 		}
 	}
 	if len(gens) < 2 {
-		t.Fatalf("shells %d and %d announced as %v", pid(0), pid(1), gens)
+		t.Fatalf("shells %v announced as %v", pids, gens)
 	}
 	ms := []unwind.Mapping{{Start: 0x10000, End: 0x20000, Base: 0x10000, Rows: 1}}
-	if err := s.SetUnwind(pid(0), gens[pid(0)], ms, false); err != nil {
+	if err := s.SetUnwind(pids[0], gens[pids[0]], ms, false); err != nil {
 		t.Fatal(err)
 	}
 	var kernels profileUnwindProc // as fill_tables writes it
-	kernels.Generation, kernels.Len = gens[pid(1)], 1
-	p1 := pid(1)
-	if err := putRaw(s.objs.UnwindProcs, unsafe.Pointer(&p1), unsafe.Pointer(&kernels)); err != nil {
+	kernels.Generation, kernels.Len = gens[pids[1]], 1
+	if err := putRaw(s.objs.UnwindProcs, unsafe.Pointer(&pids[1]), unsafe.Pointer(&kernels)); err != nil {
 		t.Fatal(err)
 	}
-	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&p1), unsafe.Pointer(&profilePythonProc{Generation: gens[p1]})); err != nil {
+	if err := putRaw(s.objs.PythonProcs, unsafe.Pointer(&pids[1]), unsafe.Pointer(&profilePythonProc{Generation: gens[pids[1]]})); err != nil {
 		t.Fatal(err)
 	}
-	for i := range shells {
-		shells[i].Process.Kill()
-		shells[i].Wait()
+	for _, pid := range pids {
+		// Killed and waited for, not reaped: spinningShells' cleanup does.
+		if err := unix.Kill(int(pid), unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, int(pid), &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var got profileUnwindProc
 	var py profilePythonProc
-	for i := range shells {
-		if err := s.objs.UnwindProcs.Lookup(pid(i), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
-			t.Errorf("shell %d's unwind entry after its exit: %v", pid(i), err)
+	for _, pid := range pids {
+		if err := s.objs.UnwindProcs.Lookup(pid, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("shell %d's unwind entry after its exit: %v", pid, err)
 		}
 	}
-	if err := s.objs.PythonProcs.Lookup(p1, &py); !errors.Is(err, ebpf.ErrKeyNotExist) {
-		t.Errorf("shell %d's Python entry after its exit: %v", p1, err)
+	if err := s.objs.PythonProcs.Lookup(pids[1], &py); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("shell %d's Python entry after its exit: %v", pids[1], err)
 	}
 	if _, err := s.Drain(); err != nil {
 		t.Fatal(err)
@@ -319,19 +316,19 @@ func TestExitTakesEntries(t *testing.T) {
 	for _, e := range drainChan(exited) {
 		told[e[0]] = e[1]
 	}
-	for i := range shells {
-		if g, ok := told[pid(i)]; !ok || g != gens[pid(i)] {
-			t.Errorf("shell %d (generation %d) exited, told: %v", pid(i), gens[pid(i)], told)
+	for _, pid := range pids {
+		if g, ok := told[pid]; !ok || g != gens[pid] {
+			t.Errorf("shell %d (generation %d) exited, told: %v", pid, gens[pid], told)
 		}
 	}
 	// Written after the exit: deleted all the same.
-	if err := s.SetUnwind(pid(0), gens[pid(0)], ms, false); err != nil {
+	if err := s.SetUnwind(pids[0], gens[pids[0]], ms, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteUnwind(pid(0), true); err != nil {
+	if err := s.DeleteUnwind(pids[0], true); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.objs.UnwindProcs.Lookup(pid(0), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := s.objs.UnwindProcs.Lookup(pids[0], &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("an entry written after the exit outlives DeleteUnwind: %v", err)
 	}
 }
