@@ -1,5 +1,6 @@
 # churn.sh: short-lived processes at a fixed rate, and what the agent
-# spends on them; sourced by agent.sh and agent-ab.sh, which read the
+# spends on them; sourced by the agent benchmarks (agent.sh, agent-ab.sh,
+# agent-pair.sh, agent-minutes.sh, python-warm.sh); some read the
 # agent's metrics with its metric.
 #
 # Each new process is a real python3 run (a few imports, ~33 ms of CPU:

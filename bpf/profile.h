@@ -163,8 +163,11 @@ struct unwind_row {
 	__s32 cfa_offset;
 	__s16 rbp_offset;
 	__u8 cfa; // enum cfa_kind
-	__u8 pad;
+	__u8 pad[5];
 };
+// The size an array holds a row in (its values are 8-byte aligned): user
+// space writes rows to the map's memory back to back.
+_Static_assert(sizeof(struct unwind_row) == 16, "an unwind row fills its array slot");
 
 // Executable mappings of one process, sorted by start, at most this many
 // (the rest are walked with frame pointers).

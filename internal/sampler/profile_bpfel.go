@@ -317,7 +317,7 @@ type profileUnwindRow struct {
 	CfaOffset int32
 	RbpOffset int16
 	Cfa       uint8
-	Pad       uint8
+	Pad       [5]uint8
 }
 
 type profileWalkScratch struct {

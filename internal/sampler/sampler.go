@@ -77,7 +77,7 @@ type Options struct {
 	// a process (or a process image, after exec) is sampled. It should read
 	// what it needs from /proc quickly: the process may be short-lived.
 	OnNewProc func(NewProc)
-	// UnwindRows is how many unwind rows (12 bytes each, kernel memory
+	// UnwindRows is how many unwind rows (16 bytes each, kernel memory
 	// allocated at load) the sampler holds for walking user stacks of code
 	// built without frame pointers; 0 leaves every user stack to the
 	// kernel's frame pointer walk. See SetUnwind.
@@ -203,6 +203,9 @@ type Sampler struct {
 	offCPUSpec *ebpf.CollectionSpec
 	offCPUMaps map[string]*ebpf.Map
 
+	// unwind_rows' memory, which WriteRows copies rows into.
+	rows *ebpf.Memory
+
 	// The program's unwind_epoch, moved after each WriteRows, and its
 	// tables_epoch, moved after each SetPython and SetUnwind.
 	rowsEpoch, tablesEpoch epoch
@@ -291,6 +294,13 @@ func Start(opts Options) (*Sampler, error) {
 	s := &Sampler{opts: opts, stacks: map[uint64]*cachedStack{}, ringCounts: map[ringKey]uint64{}, drainSoon: make(chan struct{}, 1)}
 	if err := s.load(spec); err != nil {
 		return nil, classify(fmt.Errorf("load BPF program: %w", err))
+	}
+	if opts.UnwindRows > 0 {
+		var err error
+		if s.rows, err = s.objs.UnwindRows.Memory(); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("map the unwind rows: %w", err)
+		}
 	}
 	if err := s.start(); err != nil {
 		s.Close()

@@ -23,10 +23,14 @@ func (s *Sampler) UnwindRows() int { return s.opts.UnwindRows }
 const rowBatch = 1 << 16
 
 // WriteRows stores rows at index first of the sampler's unwind rows, each
-// PC as an offset from the first's (the caller checks they fit in 32 bits).
+// PC as an offset from the first's (the caller checks they fit in 32 bits):
+// copied into the map's memory, mapped at Start, no system call a row.
 func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) (err error) {
 	if len(rows) == 0 {
 		return nil
+	}
+	if uint64(first)+uint64(len(rows)) > uint64(s.opts.UnwindRows) {
+		return fmt.Errorf("write unwind rows %d to %d: the sampler holds %d", first, uint64(first)+uint64(len(rows)), s.opts.UnwindRows)
 	}
 	defer func() {
 		if e := s.forgetFoundRows(); err == nil {
@@ -34,21 +38,25 @@ func (s *Sampler) WriteRows(first uint32, rows []unwind.Row) (err error) {
 		}
 	}()
 	base := rows[0].PC
-	keys := make([]uint32, 0, min(len(rows), rowBatch))
-	values := make([]profileUnwindRow, 0, cap(keys))
+	values := make([]profileUnwindRow, min(len(rows), rowBatch))
 	for start := 0; start < len(rows); start += rowBatch {
-		keys, values = keys[:0], values[:0]
-		for i, r := range rows[start:min(start+rowBatch, len(rows))] {
-			keys = append(keys, first+uint32(start+i))
-			values = append(values, profileUnwindRow{
+		batch := rows[start:min(start+rowBatch, len(rows))]
+		for i, r := range batch {
+			values[i] = profileUnwindRow{
 				Pc: uint32(r.PC - base), CfaOffset: r.CFAOffset, RbpOffset: r.RBPOffset, Cfa: uint8(r.CFA),
-			})
+			}
 		}
-		if _, err := s.objs.UnwindRows.BatchUpdate(keys, values, nil); err != nil {
+		if _, err := s.rows.WriteAt(rowBytes(values[:len(batch)]), (int64(first)+int64(start))*int64(UnwindRowSize)); err != nil {
 			return fmt.Errorf("write unwind rows at %d: %w", first+uint32(start), err)
 		}
 	}
 	return nil
+}
+
+// rowBytes returns rows as unwind_rows' memory holds them, back to back
+// (struct unwind_row is as large as an array's 8-byte aligned slot).
+func rowBytes(rows []profileUnwindRow) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), len(rows)*UnwindRowSize)
 }
 
 // forgetFoundRows moves the program's unwind_epoch, after rows were
@@ -140,6 +148,6 @@ func deleteKey(m *ebpf.Map, key any, what string, whom any) error {
 const UnwindRowSize = int(unsafe.Sizeof(profileUnwindRow{}))
 
 // DefaultUnwindMemory is the kernel memory for unwind rows when the
-// commands are not told otherwise: 2.8 million rows, the tables of a node's
+// commands are not told otherwise: 2.1 million rows, the tables of a node's
 // worth of native binaries (docs/UNWIND.md has their sizes).
 const DefaultUnwindMemory = 32 << 20

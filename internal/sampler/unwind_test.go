@@ -332,3 +332,28 @@ func TestExitTakesEntries(t *testing.T) {
 		t.Errorf("an entry written after the exit outlives DeleteUnwind: %v", err)
 	}
 }
+
+// BenchmarkWriteRows measures writing a binary's unwind rows to the
+// kernel, a table of 50,000 (libsqlite3's size): once for each binary the
+// agent learns.
+//
+//	sudo go test -run '^$' -bench WriteRows ./internal/sampler/
+func BenchmarkWriteRows(b *testing.B) {
+	requireBPF(b)
+	const n = 50_000
+	s, err := Start(Options{Frequency: 1, Paused: true, UnwindRows: 2 * n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rows := make([]unwind.Row, n)
+	for i := range rows {
+		rows[i] = unwind.Row{PC: 0x1000 + uint64(i)*16, CFA: unwind.CFARSP, CFAOffset: 8 + int32(i%64)*8}
+	}
+	for b.Loop() {
+		if err := s.WriteRows(n, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/row")
+}
