@@ -23,8 +23,8 @@ source bench/churn.sh
 ((CHURN > 0)) || { echo "agent-minutes: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
 minutes=${MINUTES:-12} warm=${WARMUP:-120} idle=${IDLE:-60}
 [[ $minutes =~ ^[0-9]+$ && $minutes -ge 1 ]] || { echo "agent-minutes: MINUTES=$minutes: want at least 1" >&2; exit 1; }
-[[ $warm =~ ^[0-9]+$ && $warm -ge 10 && $idle =~ ^[0-9]+$ && $idle -ge 10 ]] ||
-	{ echo "agent-minutes: WARMUP=$warm IDLE=$idle: want whole seconds, at least 10" >&2; exit 1; }
+[[ $warm =~ ^[0-9]+$ && $warm -ge 15 && $idle =~ ^[0-9]+$ && $idle -ge 10 ]] ||
+	{ echo "agent-minutes: WARMUP=$warm IDLE=$idle: want whole seconds, at least 15 and 10" >&2; exit 1; }
 addr=127.0.0.1:7291
 dir=$(mktemp -d) count=$(mktemp) churn_pid=
 "$1" agent --data-dir "$dir" --listen "$addr" --doctor-every 0 >/dev/null 2>&1 &
@@ -40,10 +40,14 @@ reading() {
 			(select count(*) from stacks), (select count(*) from locations),
 			(select count(*) from functions)' 2>/dev/null || echo 0 0 0 0)"
 }
-# The readings' programs, learned before they count (agent-pair.sh).
+# The readings' programs, learned before they count (agent-pair.sh): a
+# program is learned once sampled, and one reading seldom is.
 sleep 10
-: "$(reading) $(stat -c %s "$count")"
-sleep $((warm - 10))
+for _ in {1..10}; do
+	: "$(reading) $(stat -c %s "$count")"
+	sleep 0.5
+done
+sleep $((warm - 15))
 read -r t0 c0 p0 _ <<<"$(reading)"
 sleep "$idle"
 read -r t1 c1 p1 r1 <<<"$(reading)"
