@@ -357,3 +357,36 @@ func BenchmarkWriteRows(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/row")
 }
+
+// TestWriteRowsLookup checks that rows copied into unwind_rows' memory are
+// the rows the kernel's lookup returns, and that writes stop at the
+// sampler's capacity.
+func TestWriteRowsLookup(t *testing.T) {
+	requireBPF(t)
+	s, err := Start(Options{Frequency: 1, Paused: true, UnwindRows: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows := []unwind.Row{
+		{PC: 0x4000, CFA: unwind.CFARSP, CFAOffset: 8},
+		{PC: 0x4004, CFA: unwind.CFARBP, CFAOffset: 16, RBPOffset: -16},
+		{PC: 0x4100, CFA: unwind.CFAEnd},
+	}
+	if err := s.WriteRows(61, rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		var got profileUnwindRow
+		if err := s.objs.UnwindRows.Lookup(uint32(61+i), &got); err != nil {
+			t.Fatal(err)
+		}
+		want := profileUnwindRow{Pc: uint32(r.PC - rows[0].PC), CfaOffset: r.CFAOffset, RbpOffset: r.RBPOffset, Cfa: uint8(r.CFA)}
+		if got != want {
+			t.Errorf("row %d: kernel has %+v, want %+v", 61+i, got, want)
+		}
+	}
+	if err := s.WriteRows(62, rows); err == nil {
+		t.Error("rows 62 to 65 of 64 written")
+	}
+}
