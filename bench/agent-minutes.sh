@@ -40,13 +40,9 @@ reading() {
 			(select count(*) from stacks), (select count(*) from locations),
 			(select count(*) from functions)' 2>/dev/null || echo 0 0 0 0)"
 }
-# The readings' programs, learned before they count (agent-pair.sh): a
-# program is learned once sampled, and one reading seldom is.
+readings() { echo "$(reading) $(stat -c %s "$count")"; }
 sleep 10
-for _ in {1..10}; do
-	: "$(reading) $(stat -c %s "$count")"
-	sleep 0.5
-done
+learn readings
 sleep $((warm - 15))
 read -r t0 c0 p0 _ <<<"$(reading)"
 sleep "$idle"

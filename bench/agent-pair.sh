@@ -45,13 +45,14 @@ for i in 0 1; do
 	"${bins[i]}" agent --data-dir "${dirs[i]}" --listen 127.0.0.1:$((7191 + i)) --doctor-every 0 >/dev/null 2>&1 &
 	pids+=($!)
 done
-# The readings' own programs, run once early in the warm-up: the agents
+# The readings' own programs, run early in the warm-up (learn): the agents
 # learn them (curl's libraries, their unwind tables) then, not in the idle
 # minute before the runs, whose rate that made four to nine times the
 # rate after them (docs/BENCHMARKS.md).
+readings() { echo "$(agent_cpu "${pids[0]}") $(switches "${pids[0]}") $(now) $(bpf 7191) $(bpf 7192) $(stat -c %s /dev/null) $(rm "$(mktemp)")"; }
 sleep 10
-: "$(agent_cpu "${pids[0]}") $(switches "${pids[0]}") $(now) $(bpf 7191) $(bpf 7192) $(stat -c %s /dev/null) $(rm "$(mktemp)")"
-sleep "$((warm > 10 ? warm - 10 : 0))"
+learn readings
+sleep "$((warm > 15 ? warm - 15 : 0))"
 read -r a0 b0 pa0 pb0 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(bpf 7191) $(bpf 7192)"
 sleep "$idle"
 read -r a1 b1 sa1 sb1 t1 pa1 pb1 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now) $(bpf 7191) $(bpf 7192)"

@@ -83,10 +83,10 @@ until [[ $(metric flint_samples_total 2>/dev/null || true) =~ ^[1-9] ]]; do
 done
 startup=$(agent_cpu $agent)
 say "start-up to first sample: ${startup} s CPU"
-# The readings' other programs, run once now: the agent learns them (their
-# files, unwind tables and symbols) in the warm-up, not in a phase it
-# measures (docs/BENCHMARKS.md).
-progs $agent >/dev/null; stat -c %s /dev/null >/dev/null; du -sb /dev/null >/dev/null; rm "$(mktemp)"
+# The readings' other programs, learned in the warm-up, not in a phase it
+# measures.
+readings() { progs $agent; stat -c %s /dev/null; du -sb /dev/null; rm "$(mktemp)"; }
+learn readings
 
 say "warming up for ${WARMUP} s"
 sleep "$WARMUP"

@@ -56,6 +56,13 @@ churn_start() {
 
 churn_stop() { kill "$churn_pid" 2>/dev/null || true; wait "$churn_pid" 2>/dev/null || true; }
 
+# learn COMMAND...: runs COMMAND ten times, half a second apart, output
+# dropped. A benchmark's readings run so in its warm-up: the agent learns a
+# program (its files, unwind tables, symbols) once it samples it, and one
+# short run is seldom sampled, so the first sample of a reading program
+# could land in a measured phase (docs/BENCHMARKS.md).
+learn() { for _ in {1..10}; do "$@" >/dev/null; sleep 0.5; done; }
+
 # agent_cpu PID: the CPU seconds of PID's threads to the nanosecond, the
 # sum of their run time in /proc/PID/task/*/schedstat (/proc/PID/stat's
 # utime+stime count whole 10 ms ticks); 0 once it is gone, and a thread

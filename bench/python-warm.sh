@@ -38,9 +38,10 @@ print((r.ru_utime + r.ru_stime) / 20)' "${churn_cmd[@]}")
 "$1" agent --data-dir "$dir" --listen 127.0.0.1:7491 --doctor-every 0 >/dev/null 2>&1 &
 pids+=($!)
 agent=$!
+readings() { echo "$(agent_cpu $agent) $(bpf)"; }
 sleep 10
-: "$(agent_cpu $agent) $(bpf)" # the readings' programs, learned now, not in the phases
-sleep 80 # its start's work done
+learn readings # their programs learned now, not in the phases
+sleep 75       # its start's work done
 "${churn_cmd[0]}" -c '
 import sys
 again = ("json", "decimal", "_pydecimal", "random", "numbers", "bisect", "hashlib", "contextvars")
