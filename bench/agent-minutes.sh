@@ -2,9 +2,10 @@
 # agent-minutes.sh: one agent under churn for MINUTES minutes, minute by
 # minute: its CPU and its BPF programs' a new process, as they are and
 # less their idle rate (IDLE seconds before the churn, after WARMUP
-# seconds), and the rows its store gained a new process. agent-pair.sh's figures come from an agent's first minutes;
-# these say whether they hold once it has seen the node's programs a
-# while (the store gains fewer new functions and locations as it does).
+# seconds), and the rows its store gained a new process. agent-pair.sh's
+# figures come from an agent's first minutes; these say whether they hold
+# once it has seen the node's programs a while (the store gains fewer new
+# functions and locations as it does).
 #
 #	sudo bench/agent-minutes.sh AGENT_BIN             # python3 runs, ten a second, 12 minutes
 #	sudo MINUTES=30 CHURN=1 bench/agent-minutes.sh AGENT_BIN
@@ -47,9 +48,8 @@ sleep $((warm - 15))
 read -r t0 c0 p0 _ <<<"$(reading)"
 sleep "$idle"
 read -r t1 c1 p1 r1 <<<"$(reading)"
-printf 'idle: agent %.3f%% of a core, BPF %.3f%%\n' \
-	"$(awk -v a="$c0" -v b="$c1" -v t="$t0" -v u="$t1" 'BEGIN { print (b - a) / (u - t) * 100 }')" \
-	"$(awk -v a="$p0" -v b="$p1" -v t="$t0" -v u="$t1" 'BEGIN { print (b - a) / (u - t) * 100 }')"
+awk -v c0="$c0" -v c1="$c1" -v p0="$p0" -v p1="$p1" -v t="$t0" -v u="$t1" \
+	'BEGIN { printf "idle: agent %.3f%% of a core, BPF %.3f%%\n", (c1 - c0) / (u - t) * 100, (p1 - p0) / (u - t) * 100 }'
 churn_start "$count"
 started=0 prev="$t1 $c1 $p1 $r1"
 for m in $(seq "$minutes"); do

@@ -77,7 +77,7 @@ type Options struct {
 	// a process (or a process image, after exec) is sampled. It should read
 	// what it needs from /proc quickly: the process may be short-lived.
 	OnNewProc func(NewProc)
-	// UnwindRows is how many unwind rows (16 bytes each, kernel memory
+	// UnwindRows is how many unwind rows (UnwindRowSize bytes each, kernel memory
 	// allocated at load) the sampler holds for walking user stacks of code
 	// built without frame pointers; 0 leaves every user stack to the
 	// kernel's frame pointer walk. See SetUnwind.

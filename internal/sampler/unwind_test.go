@@ -334,8 +334,8 @@ func TestExitTakesEntries(t *testing.T) {
 }
 
 // BenchmarkWriteRows measures writing a binary's unwind rows to the
-// kernel, a table of 50,000 (libsqlite3's size): once for each binary the
-// agent learns.
+// kernel, a table of 50,000 (libc has 28,273, python3 64,575:
+// docs/BENCHMARKS.md): once for each binary the agent learns.
 //
 //	sudo go test -run '^$' -bench WriteRows ./internal/sampler/
 func BenchmarkWriteRows(b *testing.B) {
