@@ -70,6 +70,9 @@ type procEntry struct {
 	lastUsed uint64
 	// exited: the sampler told of its end (Exited).
 	exited bool
+	// python: its CPython interpreter was found, one flint reads or not;
+	// until then each new snapshot of it is looked at (pythonOf).
+	python bool
 }
 
 // procKey is one process image: a PID and the sampler's generation for it.
@@ -211,8 +214,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 		c.learnCgroups(np.Cgroups, p.Cgroups())
 	}
 	c.mu.Unlock()
-	in, err := c.learnPython(k, p, np)
-	c.notePython(err)
+	in, err := c.pythonOf(k, p, np)
 	jvm := isJVM(p)
 	if c.jit != nil && jvm {
 		c.jit(p.PID)
@@ -294,7 +296,9 @@ func (c *Collector) matchListed(listing []sampler.ListedMapping, p *proc.Process
 func (c *Collector) Refresh(pid, generation uint32) {
 	k := procKey{pid, generation}
 	if p := c.entry(k); p != nil {
-		c.reread(k, p)
+		if fresh := c.reread(k, p); fresh != nil {
+			c.pythonOf(k, fresh, sampler.NewProc{})
+		}
 	}
 }
 
@@ -330,11 +334,13 @@ func (c *Collector) relisted(np sampler.NewProc) {
 		c.sym.Learn(&next)
 		p = c.replace(k, p, &next, np)
 	}
-	if p == nil || !np.Listed || isJVM(p) {
+	if p == nil {
 		return
 	}
-	in, err := c.pyFinder.Find(p)
-	c.tellQuiet(np.Mappings, in, err)
+	in, err := c.pythonOf(k, p, np)
+	if np.Listed && !isJVM(p) {
+		c.tellQuiet(np.Mappings, in, err)
+	}
 }
 
 // reread replaces the snapshot p of process image k by one with the
@@ -875,6 +881,7 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		b.refreshed[k] = true
 		if fresh := b.c.reread(k, p); fresh != nil {
 			frames, m = b.c.sym.User(fresh, addr, isReturn)
+			b.c.pythonOf(k, fresh, sampler.NewProc{})
 		}
 	}
 	if m != nil && m.Inode == 0 && m.Path == "" && b.c.jit != nil && !b.jitAsked[k] {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flint-dev/flint/internal/fixture"
+	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/profile"
 	"github.com/flint-dev/flint/internal/python"
 	"github.com/flint-dev/flint/internal/sampler"
@@ -115,3 +116,58 @@ func TestRecordQuietPython(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonLibraryMappedLater learns a CPython process from a snapshot
+// without its libpython, as one read at a first sample that came while
+// the loader mapped its libraries: no interpreter then. Read again (its
+// listing stale, or the kernel's relisting), the process has the kernel
+// told to read its Python frames, once.
+func TestPythonLibraryMappedLater(t *testing.T) {
+	const py = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+	isLibpython := func(m proc.Mapping) bool { return strings.HasPrefix(filepath.Base(m.Path), "libpython") }
+	for _, again := range []string{"stale", "relisted"} {
+		t.Run(again, func(t *testing.T) {
+			pid := fixture.Python(t, py, fixture.PythonOptions{})
+			sym := symbol.New()
+			defer sym.Close()
+			c := New(sym, "")
+			k := &pythonsTold{}
+			c.SetPython(k)
+			np := sampler.NewProc{PID: uint32(pid), Generation: 1}
+			c.learn(np, func() (*proc.Process, error) {
+				p, err := proc.Read(pid)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.ContainsFunc(p.Mappings, isLibpython) {
+					t.Skipf("%s maps no libpython (built without --enable-shared)", py)
+				}
+				p.Mappings = slices.DeleteFunc(p.Mappings, isLibpython)
+				return p, nil
+			})
+			if len(k.told) != 0 {
+				t.Fatalf("kernel told of %v before libpython was mapped", k.told)
+			}
+			switch again {
+			case "stale":
+				c.Refresh(np.PID, np.Generation)
+			case "relisted":
+				c.Announced(sampler.NewProc{PID: np.PID, Generation: np.Generation, Relisted: true})
+			}
+			c.Refresh(np.PID, np.Generation) // found already: not told again
+			if !slices.Equal(k.told, []uint32{np.PID}) {
+				t.Fatalf("kernel told of %v, want [%d] once", k.told, pid)
+			}
+		})
+	}
+}
+
+// pythonsTold is a PythonKernel that keeps the PIDs it is told of.
+type pythonsTold struct{ told []uint32 }
+
+func (k *pythonsTold) SetPython(pid, _ uint32, _ *python.Interpreter) error {
+	k.told = append(k.told, pid)
+	return nil
+}
+
+func (*pythonsTold) DeletePython(uint32, bool) error { return nil }
