@@ -38,6 +38,27 @@ brief)
 *) echo "bench: CHURN_WITH=$CHURN_WITH: want python or brief" >&2; exit 1 ;;
 esac
 
+# python_again: a python3 program that does a churn run's imports and sum
+# over and over in one process, dropping the modules from sys.modules so
+# that each round imports them again (python-warm.sh, sample-parts.sh);
+# each round DEPTH (its first argument, default 0) Python calls deep, every
+# fifth through C (sum over map), as a run's stacks are deep.
+python_again='
+import sys
+again = ("json", "decimal", "_pydecimal", "random", "numbers", "bisect", "hashlib", "contextvars")
+def imports(n):
+    if n == 0:
+        for m in [m for m in sys.modules if m.split(".")[0].lstrip("_") in again]:
+            del sys.modules[m]
+        import json, decimal, random; sum(range(100000))
+        return 0
+    if n % 5 == 0:
+        return sum(map(imports, [n - 1]))
+    return imports(n - 1)
+depth = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+while True:
+    imports(depth)'
+
 # churn_start FILE: start CHURN processes a second in the background,
 # appending a byte to FILE for each; churn_pid is the loop.
 churn_start() {

@@ -5,12 +5,15 @@
 # over (dropping the modules from sys.modules so that each round imports
 # them again), beside an agent. The agent's and its BPF programs' CPU
 # over it, less their idle rate after it, per CPU-second of the python3
-# and per CPU time of one churn run (measured here):
-# what a run would cost were it not new. bench/agent-pair.sh's figure a
-# run less this is what being new costs.
+# and per CPU time of one churn run (measured here). Not what a run would
+# cost were it not new: a run's CPU is mostly the interpreter's start and
+# exit, whose samples are three times as deep (bench/sample-parts.sh), so
+# bench/agent-pair.sh's figure a run less this is more than being new
+# costs.
 #
 #	sudo bench/python-warm.sh AGENT_BIN                # 60 s busy, 60 s idle
 #	sudo SECS=120 bench/python-warm.sh AGENT_BIN
+#	sudo DEPTH=30 bench/python-warm.sh AGENT_BIN       # each round 30 calls deep
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (($# == 1)) || { echo "usage: python-warm.sh AGENT_BIN" >&2; exit 2; }
@@ -18,7 +21,7 @@ cd "$(dirname "$0")/.."
 command -v curl >/dev/null || { echo "python-warm: needs curl (apt-get install curl)" >&2; exit 1; }
 [[ ${CHURN_WITH:-python} == python ]] || { echo "python-warm: CHURN_WITH=$CHURN_WITH: python only" >&2; exit 2; }
 CHURN=1
-source bench/churn.sh # churn_cmd, agent_cpu
+source bench/churn.sh # churn_cmd, python_again, agent_cpu
 secs=${SECS:-60}
 dir=$(mktemp -d) pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$dir"; }
@@ -42,13 +45,7 @@ readings() { echo "$(agent_cpu $agent) $(bpf)"; }
 sleep 10
 learn readings # their programs learned now, not in the phases
 sleep 75       # its start's work done
-"${churn_cmd[0]}" -c '
-import sys
-again = ("json", "decimal", "_pydecimal", "random", "numbers", "bisect", "hashlib", "contextvars")
-while True:
-    for m in [m for m in sys.modules if m.split(".")[0].lstrip("_") in again]:
-        del sys.modules[m]
-    import json, decimal, random; sum(range(100000))' &
+"${churn_cmd[0]}" -c "$python_again" "${DEPTH:-0}" &
 pids+=($!)
 py=$!
 sleep 10 # past its first second, when it is young
@@ -56,7 +53,7 @@ a0=$(agent_cpu $agent) b0=$(bpf) p0=$(agent_cpu $py)
 sleep "$secs"
 a1=$(agent_cpu $agent) b1=$(bpf) p1=$(agent_cpu $py)
 kill $py
-sleep 5
+sleep 12 # the window that holds its last samples written: not idle work
 a2=$(agent_cpu $agent) b2=$(bpf)
 sleep "$secs"
 a3=$(agent_cpu $agent) b3=$(bpf)
