@@ -373,8 +373,11 @@ func (c *Collector) replace(k procKey, p, next *proc.Process, np sampler.NewProc
 		return e.p // read again already
 	}
 	c.learnTables(next, k.generation, np)
-	c.countFiles(p.Mappings, -1)
+	// The new snapshot's files first: a file only this process maps must
+	// not drop to none between, which would forget what its listing taught
+	// (the later processes of a short-lived binary then unnamed).
 	c.countFiles(next.Mappings, 1)
+	c.countFiles(p.Mappings, -1)
 	e.p = next
 	return next
 }

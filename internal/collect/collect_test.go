@@ -393,6 +393,32 @@ func TestAnnouncedRelisted(t *testing.T) {
 	}
 }
 
+// TestReadAgainKeepsListed reads a process's mappings again (its code ran
+// outside them) while it is the one process known to map its files: what
+// its listing taught of them stays, and a later process of the same files,
+// gone before it is learned, is named from its listing.
+func TestReadAgainKeepsListed(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	first, firstRead := startAsleep(t)
+	second, secondRead := startAsleep(t)
+	announce := func(child *exec.Cmd, read *proc.Process) *proc.Process {
+		t.Helper()
+		listing := listingOf(read)
+		pid := uint32(child.Process.Pid)
+		c.Announced(sampler.NewProc{PID: pid, Generation: 1, Comm: "sleep", StartTime: read.StartTime, ExeText: listing[0].Start, Listed: true, Mappings: listing})
+		return c.entry(procKey{pid, 1})
+	}
+	announce(first, firstRead)
+	c.Refresh(uint32(first.Process.Pid), 1)
+	second.Process.Kill()
+	second.Wait()
+	if p := announce(second, secondRead); p == nil || !slices.Equal(p.Mappings, secondRead.Mappings) || c.Stats().ProcessesListed != 1 {
+		t.Fatalf("the second sleep, exited: %+v, %d from listings; want its /proc mappings %+v, one", p, c.Stats().ProcessesListed, secondRead.Mappings)
+	}
+}
+
 // TestAnnouncedListed checks that a process the kernel listed is named as
 // /proc names it once its files are known by their /proc names, even when
 // it has exited by then, and that what is known of them goes with the
