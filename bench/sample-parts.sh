@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) -eq 0 ]] || { echo "sample-parts: needs root" >&2; exit 1; }
-for tool in bpftool jq curl git make; do
-	command -v $tool >/dev/null || { echo "sample-parts: needs $tool (apt-get install $tool)" >&2; exit 1; }
+for tool in bpftool jq curl git make go clang-19; do
+	command -v $tool >/dev/null || { echo "sample-parts: needs $tool on PATH (README, \"Develop\")" >&2; exit 1; }
 done
 CHURN=10
 source bench/churn.sh # churn_cmd, churn_start, python_again, learn
