@@ -214,7 +214,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 		c.learnCgroups(np.Cgroups, p.Cgroups())
 	}
 	c.mu.Unlock()
-	in, err := c.pythonOf(k, p, np)
+	in, _, err := c.pythonOf(k, p, np)
 	jvm := isJVM(p)
 	if c.jit != nil && jvm {
 		c.jit(p.PID)
@@ -337,10 +337,14 @@ func (c *Collector) relisted(np sampler.NewProc) {
 	if p == nil {
 		return
 	}
-	in, err := c.pythonOf(k, p, np)
-	if np.Listed && !isJVM(p) {
-		c.tellQuiet(np.Mappings, in, err)
+	in, looked, err := c.pythonOf(k, p, np)
+	if !np.Listed || isJVM(p) {
+		return
 	}
+	if !looked {
+		in, err = c.pyFinder.Find(p)
+	}
+	c.tellQuiet(np.Mappings, in, err)
 }
 
 // reread replaces the snapshot p of process image k by one with the

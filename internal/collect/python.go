@@ -75,21 +75,22 @@ func (c *Collector) learnPython(k procKey, p *proc.Process, np sampler.NewProc) 
 	return in, nil
 }
 
-// pythonOf returns what python.Finder.Find says of process image k, its
-// snapshot now p, and has the kernel read its Python frames (learnPython)
-// unless its interpreter was found in an earlier snapshot: a process
-// learned at its first sample, which can come as the loader maps its
-// libraries, may have had no libpython mapped yet (CPython built with
-// --enable-shared: pyenv's, the python container images').
-func (c *Collector) pythonOf(k procKey, p *proc.Process, np sampler.NewProc) (*python.Interpreter, error) {
+// pythonOf has the kernel read the Python frames of process image k, its
+// snapshot now p (learnPython), unless its interpreter was found in an
+// earlier snapshot: a process learned at its first sample, which can come
+// as the loader maps its libraries, may have had no libpython mapped yet
+// (CPython built with --enable-shared: pyenv's, the python container
+// images'). It returns what python.Finder.Find said of p, and looked
+// false when it did not look.
+func (c *Collector) pythonOf(k procKey, p *proc.Process, np sampler.NewProc) (in *python.Interpreter, looked bool, err error) {
 	c.mu.Lock()
 	e := c.procs[k]
 	found := e != nil && e.python
 	c.mu.Unlock()
 	if found {
-		return c.pyFinder.Find(p)
+		return nil, false, nil
 	}
-	in, err := c.learnPython(k, p, np)
+	in, err = c.learnPython(k, p, np)
 	c.notePython(err)
 	if in != nil || errors.Is(err, python.ErrVersion) {
 		c.mu.Lock()
@@ -98,7 +99,7 @@ func (c *Collector) pythonOf(k procKey, p *proc.Process, np sampler.NewProc) (*p
 		}
 		c.mu.Unlock()
 	}
-	return in, err
+	return in, true, err
 }
 
 // LearnPython has the kernel read the Python frames of p from its first
