@@ -11,6 +11,7 @@
 #
 #	sudo bench/sample-parts.sh
 #	sudo DEPTH=30 bench/sample-parts.sh   # the long-lived python3's rounds 30 calls deep
+#	sudo FREQUENCY=999 bench/sample-parts.sh   # the agent's --frequency (default 99)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) -eq 0 ]] || { echo "sample-parts: needs root" >&2; exit 1; }
@@ -34,7 +35,8 @@ git worktree add --quiet --detach "$tmp/src" HEAD
 	CGO_ENABLED=0 go build -o "$tmp/flint" ./cmd/flint) ||
 	{ echo "sample-parts: bench/sample-parts.patch does not build on HEAD: update it" >&2; exit 1; }
 
-"$tmp/flint" agent --data-dir "$tmp/data" --listen 127.0.0.1:7492 --doctor-every 0 >/dev/null 2>&1 &
+"$tmp/flint" agent --data-dir "$tmp/data" --listen 127.0.0.1:7492 --doctor-every 0 \
+	--frequency "${FREQUENCY:-99}" >/dev/null 2>&1 &
 pids+=($!)
 # parts: the sample_parts map, slot and value (summed over CPUs) a line.
 parts() { bpftool map dump name sample_parts -j | jq -r '.[] | "\(.formatted.key) \([.formatted.values[].value] | add)"'; }

@@ -320,6 +320,7 @@ const enum cfa_kind *unused_cfa_kind __attribute__((unused));
 const struct python_proc *unused_python_proc __attribute__((unused));
 const enum python_frame_bits *unused_python_frame_bits __attribute__((unused));
 const enum python_layout *unused_python_layout __attribute__((unused));
+const enum python_room *unused_python_room __attribute__((unused));
 const enum python_record *unused_python_record __attribute__((unused));
 const struct python_code *unused_python_code __attribute__((unused));
 
@@ -1505,12 +1506,13 @@ static __always_inline __u64 str_size(const __u8 *head, struct python_offsets *o
 	return (ascii ? o->ascii_size : o->compact_size) + n * kind;
 }
 
-// copy_str copies the str object at addr.
-static __always_inline void copy_str(__u8 *buf, __u64 addr, struct python_object *obj,
-				     struct python_offsets *o)
+// copy_str copies the str object at addr and returns the bytes copied.
+static __always_inline __u32 copy_str(__u8 *buf, __u64 addr, struct python_object *obj,
+				      struct python_offsets *o)
 {
-	if (copy_head(buf, addr, obj))
-		copy_rest(buf, PY_STR_MAX, addr, obj, str_size(buf, o));
+	if (!copy_head(buf, addr, obj))
+		return 0;
+	return copy_rest(buf, PY_STR_MAX, addr, obj, str_size(buf, o));
 }
 
 // copy_bytes copies the bytes object at addr (ob_size at 16, the data at
@@ -1573,13 +1575,19 @@ static long python_copy_step(__u64 i, void *arg)
 		return 0;
 	}
 	c->addr = addr;
-	copy_str(c->name, header_ptr(c, p->o.code_name), &c->objects[PY_OBJECT_NAME], &p->o);
-	copy_str(c->file, header_ptr(c, p->o.code_filename), &c->objects[PY_OBJECT_FILE], &p->o);
-	__u32 table =
-	    copy_bytes(c->table, header_ptr(c, p->o.code_linetable), &c->objects[PY_OBJECT_TABLE]);
-	if (table > PY_TABLE_MAX)
-		return 1; // never: a bound the verifier can see
-	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, table) + table,
+	__u32 at = copy_str(c->objects_data, header_ptr(c, p->o.code_name),
+			    &c->objects[PY_OBJECT_NAME], &p->o);
+	if (at > PY_STR_MAX)
+		return 1; // never: bounds the verifier can see, here and below
+	at += copy_str(c->objects_data + at, header_ptr(c, p->o.code_filename),
+		       &c->objects[PY_OBJECT_FILE], &p->o);
+	if (at > 2 * PY_STR_MAX)
+		return 1;
+	at += copy_bytes(c->objects_data + at, header_ptr(c, p->o.code_linetable),
+			 &c->objects[PY_OBJECT_TABLE]);
+	if (at > sizeof(c->objects_data))
+		return 1;
+	if (bpf_ringbuf_output(&python_young, c, offsetof(struct python_code, objects_data) + at,
 			       BPF_RB_NO_WAKEUP)) {
 		a->lacking = true; // full: user space reads the rest
 		return 1;

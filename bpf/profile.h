@@ -258,11 +258,16 @@ enum python_record {
 // whole when its data is all there, or else its first bytes only, and user
 // space reads the rest from the process.
 #define PY_CODE_HEADER 256 // python.codeHeader
-#define PY_STR_MAX 512	   // a name's or file's str object, header included
-// A line table's bytes object, header included: a python3 run's imports
-// have three past 4 KiB, the largest typing's module code at 5.7 KiB.
-#define PY_TABLE_MAX 8192
-#define PY_OBJECT_HEAD 48 // what every object's size is read from
+#define PY_OBJECT_HEAD 48  // what every object's size is read from
+
+// The room each object copied may take (an enum: user space reads them).
+enum python_room {
+	PY_STR_MAX = 512, // a name's or file's str object, header included
+	// A line table's bytes object, header included: a python3 run's
+	// imports have three past 4 KiB, the largest typing's module code at
+	// 5.7 KiB.
+	PY_TABLE_MAX = 8192,
+};
 
 enum python_object_index {
 	PY_OBJECT_NAME,
@@ -285,9 +290,11 @@ struct python_code {
 	__u64 addr; // the code object's
 	struct python_object objects[PY_OBJECTS];
 	__u8 header[PY_CODE_HEADER];
-	__u8 name[PY_STR_MAX];
-	__u8 file[PY_STR_MAX];
-	__u8 table[PY_TABLE_MAX]; // last: a record ends after the table's len bytes
+	// The objects copied, back to back, each its len bytes; a record
+	// ends after the last. A name takes some 60 bytes of its room, a
+	// file some 100: records written with the room whole were 1.8 times
+	// the size, of the ring to fill (docs/BENCHMARKS.md).
+	__u8 objects_data[2 * PY_STR_MAX + PY_TABLE_MAX];
 };
 
 #endif

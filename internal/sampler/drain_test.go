@@ -99,25 +99,32 @@ func TestDecodePythonStack(t *testing.T) {
 }
 
 // TestDecodePythonCode decodes python_young records of copied code
-// objects: the header and each object copied, none that was not; no
-// record shorter than its objects say or claiming more than they hold.
+// objects: the header and each object copied, back to back, none that was
+// not; no record shorter than its objects say or claiming more than their
+// room.
 func TestDecodePythonCode(t *testing.T) {
-	record := func(table uint32, objects ...uint32) []byte {
+	// record has the name, file and table copied with these lengths (0:
+	// not copied), each object's data its first letter then zeros.
+	record := func(name, file, table uint32) []byte {
 		var ev profilePythonCode
 		ev.Pid, ev.Generation, ev.Record, ev.Addr = 4242, 7, uint32(profilePythonRecordPY_RECORD_CODE), 0x7f00
-		ev.Header[0], ev.Name[0], ev.File[0], ev.Table[0] = 'h', 'n', 'f', 't'
-		for i, n := range append(objects, table) {
+		ev.Header[0] = 'h'
+		at := uint32(0)
+		for i, n := range []uint32{name, file, table} {
 			ev.Objects[i].Addr, ev.Objects[i].Len, ev.Objects[i].Whole = 0x1000*uint64(i+1), n, uint32(i/2) // the table whole
+			if n > 0 {
+				ev.ObjectsData[at] = "nft"[i]
+				at += n
+			}
 		}
 		raw, err := binary.Append(nil, binary.NativeEndian, &ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return raw[:int(unsafe.Offsetof(ev.Table))+int(table)]
+		return raw[:int(unsafe.Offsetof(ev.ObjectsData))+int(at)]
 	}
 	var c python.Copy
-	tableAt := int(unsafe.Offsetof(profilePythonCode{}.Table))
-	pid, gen, ok := decodePythonCode(record(40, 60, 0), &c)
+	pid, gen, ok := decodePythonCode(record(60, 0, 40), &c)
 	want := []python.Object{{Addr: 0x7f00, Data: []byte{'h'}}, {Addr: 0x1000, Data: []byte{'n'}}, {Addr: 0x3000, Data: []byte{'t'}}}
 	if !ok || pid != 4242 || gen != 7 || c.Code != 0x7f00 || len(c.Objects) != len(want) {
 		t.Fatalf("decoded %d %d %v %#x, %d objects", pid, gen, ok, c.Code, len(c.Objects))
@@ -130,10 +137,14 @@ func TestDecodePythonCode(t *testing.T) {
 	if n := []int{256, 60, 40}; len(c.Objects[0].Data) != n[0] || len(c.Objects[1].Data) != n[1] || len(c.Objects[2].Data) != n[2] {
 		t.Errorf("object sizes %d %d %d, want %v", len(c.Objects[0].Data), len(c.Objects[1].Data), len(c.Objects[2].Data), n)
 	}
+	if _, _, ok := decodePythonCode(record(48, 100, 0), &c); !ok || string(c.Objects[2].Data[:1]) != "f" || len(c.Objects[2].Data) != 100 {
+		t.Errorf("the file after a name of 48 bytes: decoded %v, %d objects", ok, len(c.Objects))
+	}
+	dataAt := int(unsafe.Offsetof(profilePythonCode{}.ObjectsData))
 	for name, raw := range map[string][]byte{
-		"name past its room": record(0, 513, 0),
-		"table cut":          record(40, 60, 60)[:tableAt+20],
-		"no header":          record(0, 0, 0)[:tableAt-1],
+		"name past its room": record(513, 0, 0),
+		"objects cut":        record(60, 60, 40)[:dataAt+140],
+		"no header":          record(0, 0, 0)[:dataAt-1],
 	} {
 		if _, _, ok := decodePythonCode(raw, &c); ok {
 			t.Errorf("%s: decoded", name)

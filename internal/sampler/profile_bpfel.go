@@ -114,10 +114,8 @@ type profilePythonCode struct {
 		Len   uint32
 		Whole uint32
 	}
-	Header [256]uint8
-	Name   [512]uint8
-	File   [512]uint8
-	Table  [8192]uint8
+	Header      [256]uint8
+	ObjectsData [9216]uint8
 }
 
 type profilePythonCodeKey struct {
@@ -181,6 +179,13 @@ type profilePythonRecord uint32
 const (
 	profilePythonRecordPY_RECORD_STACK profilePythonRecord = 0
 	profilePythonRecordPY_RECORD_CODE  profilePythonRecord = 1
+)
+
+type profilePythonRoom uint32
+
+const (
+	profilePythonRoomPY_STR_MAX   profilePythonRoom = 512
+	profilePythonRoomPY_TABLE_MAX profilePythonRoom = 8192
 )
 
 type profilePythonStack struct {
@@ -386,6 +391,7 @@ const (
 	profileVarUnusedPythonLayout       = "unused_python_layout"
 	profileVarUnusedPythonProc         = "unused_python_proc"
 	profileVarUnusedPythonRecord       = "unused_python_record"
+	profileVarUnusedPythonRoom         = "unused_python_room"
 	profileVarUnusedSampleEvent        = "unused_sample_event"
 	profileVarUnusedSamplerStat        = "unused_sampler_stat"
 	profileVarUnusedUnwindProc         = "unused_unwind_proc"
@@ -500,6 +506,7 @@ type profileVariableSpecs struct {
 	UnusedPythonLayout       *ebpf.VariableSpec `ebpf:"unused_python_layout"`
 	UnusedPythonProc         *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedPythonRecord       *ebpf.VariableSpec `ebpf:"unused_python_record"`
+	UnusedPythonRoom         *ebpf.VariableSpec `ebpf:"unused_python_room"`
 	UnusedSampleEvent        *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedSamplerStat        *ebpf.VariableSpec `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc         *ebpf.VariableSpec `ebpf:"unused_unwind_proc"`
@@ -612,6 +619,7 @@ type profileVariables struct {
 	UnusedPythonLayout       *ebpf.Variable `ebpf:"unused_python_layout"`
 	UnusedPythonProc         *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedPythonRecord       *ebpf.Variable `ebpf:"unused_python_record"`
+	UnusedPythonRoom         *ebpf.Variable `ebpf:"unused_python_room"`
 	UnusedSampleEvent        *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedSamplerStat        *ebpf.Variable `ebpf:"unused_sampler_stat"`
 	UnusedUnwindProc         *ebpf.Variable `ebpf:"unused_unwind_proc"`

@@ -679,25 +679,26 @@ func pythonRecord(raw []byte) profilePythonRecord {
 func decodePythonCode(raw []byte, c *python.Copy) (pid, generation uint32, ok bool) {
 	var ev profilePythonCode
 	objects := int(unsafe.Offsetof(ev.Objects))
-	if len(raw) < int(unsafe.Offsetof(ev.Table)) {
+	at := int(unsafe.Offsetof(ev.ObjectsData)) // the objects copied, back to back
+	if len(raw) < at {
 		return 0, 0, false
 	}
 	c.Code = binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Addr):])
 	c.Objects = append(c.Objects[:0], python.Object{Addr: c.Code,
 		Data: raw[unsafe.Offsetof(ev.Header):][:len(ev.Header)]})
-	data := [...]int{int(unsafe.Offsetof(ev.Name)), int(unsafe.Offsetof(ev.File)), int(unsafe.Offsetof(ev.Table))}
-	caps := [...]int{len(ev.Name), len(ev.File), len(ev.Table)}
-	for i, at := range data {
+	rooms := [...]profilePythonRoom{profilePythonRoomPY_STR_MAX, profilePythonRoomPY_STR_MAX, profilePythonRoomPY_TABLE_MAX} // name, file, table
+	for i, room := range rooms {
 		o := raw[objects+i*int(unsafe.Sizeof(ev.Objects[0])):]
 		addr, n := binary.NativeEndian.Uint64(o), int(binary.NativeEndian.Uint32(o[8:]))
 		if n == 0 {
 			continue // not copied
 		}
-		if n > caps[i] || len(raw) < at+n {
+		if n > int(room) || len(raw) < at+n {
 			return 0, 0, false
 		}
 		c.Objects = append(c.Objects, python.Object{Addr: addr, Data: raw[at : at+n],
 			Whole: binary.NativeEndian.Uint32(o[12:]) != 0})
+		at += n
 	}
 	return binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Pid):]),
 		binary.NativeEndian.Uint32(raw[unsafe.Offsetof(ev.Generation):]), true
