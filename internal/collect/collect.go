@@ -882,6 +882,7 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		return l
 	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
+	now := p // the process's mappings as last read
 	if m == nil && !b.refreshed[k] {
 		// The address may be in a library loaded after the process was
 		// first seen: re-read its mappings once.
@@ -889,12 +890,14 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		if fresh := b.c.reread(k, p); fresh != nil {
 			frames, m = b.c.sym.User(fresh, addr, isReturn)
 			b.c.pythonOf(k, fresh, sampler.NewProc{})
+			now = fresh
 		}
 	}
 	if m != nil && m.Inode == 0 && m.Path == "" && b.c.jit != nil && !b.jitAsked[k] {
-		// JIT code: its map may lack it, or be older than it.
+		// JIT code: its map may lack it, or be older than it. A JVM
+		// first read before its loader mapped libjvm.so is one by now.
 		b.jitAsked[k] = true
-		if isJVM(p) {
+		if isJVM(now) {
 			b.c.jit(p.PID)
 		}
 	}

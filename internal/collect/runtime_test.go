@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,58 @@ func TestRuntimeLabel(t *testing.T) {
 				t.Errorf("runtime %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestJVMLibraryMappedLater checks that a JVM first read before its loader
+// mapped libjvm.so (its first sample at exec) has its JIT map asked for at
+// its first sample in JIT code, where its mappings are read again. The
+// JVM: a python3 mapping anonymous code and a library of that name.
+func TestJVMLibraryMappedLater(t *testing.T) {
+	dir := t.TempDir()
+	lib, ready := filepath.Join(dir, jvmLibrary), filepath.Join(dir, "ready")
+	script := `import ctypes, mmap, shutil, sys, time
+code = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                 prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+shutil.copy(next(l.split()[-1] for l in open("/proc/self/maps") if "/libm.so" in l), sys.argv[1])
+ctypes.CDLL(sys.argv[1])
+open(sys.argv[2], "w").close()
+time.sleep(60)`
+	pid := startMapping(t, jvmLibrary, "python3", "-c", script, lib, ready)
+	// Its maps read while the loader still changes them may lack a
+	// mapping: read them once it is done.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the library not loaded after 10 s")
+		}
+	}
+	isCode := func(m proc.Mapping) bool { return m.Path == "" && m.Inode == 0 }
+	p, err := proc.Read(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(p.Mappings, isCode)
+	if i < 0 {
+		t.Fatalf("no anonymous code mapped: %+v", p.Mappings)
+	}
+	code := p.Mappings[i].Start
+	// As read at exec: neither the library nor the code there yet.
+	p.Mappings = slices.DeleteFunc(p.Mappings, func(m proc.Mapping) bool { return isCode(m) || filepath.Base(m.Path) == jvmLibrary })
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	var asked []int
+	c.SetJIT(func(pid int) { asked = append(asked, pid) })
+	c.learn(sampler.NewProc{PID: uint32(pid), Generation: 1}, func() (*proc.Process, error) { return p, nil })
+	if len(asked) != 0 {
+		t.Fatalf("JIT map asked for %v before libjvm.so was mapped", asked)
+	}
+	c.Profile([]sampler.Sample{{PID: uint32(pid), TID: uint32(pid), Generation: 1, Comm: "java", Thread: "java", User: []uint64{code + 16}, Count: 1}}, Options{})
+	if !slices.Equal(asked, []int{pid}) {
+		t.Errorf("JIT map asked for %v at the first sample in JIT code, want [%d]", asked, pid)
 	}
 }
 
