@@ -215,11 +215,7 @@ func (c *Collector) learn(np sampler.NewProc, read func() (*proc.Process, error)
 	}
 	c.mu.Unlock()
 	in, _, err := c.pythonOf(k, p, np)
-	jvm := isJVM(p)
-	if c.jit != nil && jvm {
-		c.jit(p.PID)
-	}
-	if np.Listed && !jvm {
+	if jvm := c.jvmOf(p); np.Listed && !jvm {
 		c.tellQuiet(np.Mappings, in, err)
 	}
 }
@@ -296,10 +292,20 @@ func (c *Collector) matchListed(listing []sampler.ListedMapping, p *proc.Process
 func (c *Collector) Refresh(pid, generation uint32) {
 	k := procKey{pid, generation}
 	if p := c.entry(k); p != nil {
-		if fresh := c.reread(k, p); fresh != nil {
-			c.pythonOf(k, fresh, sampler.NewProc{})
-		}
+		c.readAgain(k, p)
 	}
+}
+
+// readAgain is reread, and learns the runtimes the process runs (its
+// interpreter, a JVM) from what it maps now: a process read as its loader
+// mapped its libraries may have lacked them.
+func (c *Collector) readAgain(k procKey, p *proc.Process) *proc.Process {
+	fresh := c.reread(k, p)
+	if fresh != nil {
+		c.pythonOf(k, fresh, sampler.NewProc{})
+		c.jvmOf(fresh)
+	}
+	return fresh
 }
 
 // relisted is Refresh for a process the kernel listed again: its files
@@ -338,7 +344,7 @@ func (c *Collector) relisted(np sampler.NewProc) {
 		return
 	}
 	in, looked, err := c.pythonOf(k, p, np)
-	if !np.Listed || isJVM(p) {
+	if jvm := c.jvmOf(p); !np.Listed || jvm {
 		return
 	}
 	if !looked {
@@ -882,22 +888,18 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 		return l
 	}
 	frames, m := b.c.sym.User(p, addr, isReturn)
-	now := p // the process's mappings as last read
 	if m == nil && !b.refreshed[k] {
 		// The address may be in a library loaded after the process was
 		// first seen: re-read its mappings once.
 		b.refreshed[k] = true
-		if fresh := b.c.reread(k, p); fresh != nil {
+		if fresh := b.c.readAgain(k, p); fresh != nil {
 			frames, m = b.c.sym.User(fresh, addr, isReturn)
-			b.c.pythonOf(k, fresh, sampler.NewProc{})
-			now = fresh
 		}
 	}
 	if m != nil && m.Inode == 0 && m.Path == "" && b.c.jit != nil && !b.jitAsked[k] {
-		// JIT code: its map may lack it, or be older than it. A JVM
-		// first read before its loader mapped libjvm.so is one by now.
+		// JIT code: its map may lack it, or be older than it.
 		b.jitAsked[k] = true
-		if isJVM(now) {
+		if isJVM(p) {
 			b.c.jit(p.PID)
 		}
 	}

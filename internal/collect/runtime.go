@@ -63,6 +63,18 @@ func isJVM(p *proc.Process) bool {
 	return false
 }
 
+// jvmOf reports whether p runs a HotSpot JVM and, if it does, asks for its
+// JIT map (SetJIT), at each read of its mappings: a JVM read as its loader
+// mapped its libraries is known as one only when read again. The request
+// is cheap again: the dumper asks a JVM at most once a period.
+func (c *Collector) jvmOf(p *proc.Process) bool {
+	jvm := isJVM(p)
+	if jvm && c.jit != nil {
+		c.jit(p.PID)
+	}
+	return jvm
+}
+
 // jvms returns the PIDs of the JVMs among the processes known.
 func (c *Collector) jvms() []int {
 	c.mu.Lock()
