@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net/url"
 	"os"
@@ -200,7 +199,6 @@ func parseSize(s string) (int64, error) {
 func parseAgent(args []string) (*AgentConfig, error) {
 	c := &AgentConfig{Options: agent.DefaultOptions(), OffCPUMin: sampler.DefaultOffCPUMin, OffCPUSample: 1}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "`directory` of the store (with --store: of the spool)")
 	// As flint server's: the default comes from the environment, which
 	// keeps a password out of ps, and is not printed by -h.
@@ -232,17 +230,8 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	fs.BoolVar(&c.RecordOffCPU, "off-cpu", false, "also record where threads wait off the CPU, always, and store it beside the CPU samples (flint query --type off-cpu)")
 	fs.Var(durationFlag{&c.OffCPUMin}, "off-cpu-min", "with --off-cpu, the shortest time off the CPU recorded (`duration`)")
 	fs.UintVar(&c.OffCPUSample, "off-cpu-sample", c.OffCPUSample, "with --off-cpu, record one span off the CPU in `N`, each counting N times")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage: flint agent [flags]\n\nProfiles every process continuously, stores the profiles and serves the HTTP API.\n\nFlags:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args, "Usage: flint agent [flags]\n\nProfiles every process continuously, stores the profiles and serves the HTTP API."); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, usageError{err}

@@ -84,25 +84,6 @@ func targetFlags(fs *flag.FlagSet, pid *int, all *bool, container *string, verb 
 	fs.StringVar(container, "container", "", verb+" the processes of the container whose `ID` starts with this")
 }
 
-// parseCommand parses args, printing help for -h; synopsis heads it.
-func parseCommand(fs *flag.FlagSet, args []string, synopsis string) error {
-	// Errors are reported once, in one line, by main; -h prints the flags.
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println(synopsis + "\n\nFlags:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
-
 func parseDoctor(args []string) (*DoctorConfig, error) {
 	c := &DoctorConfig{Duration: 10 * time.Second, Frequency: 99}
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
@@ -115,7 +96,7 @@ func parseDoctor(args []string) (*DoctorConfig, error) {
 	}
 	fs.BoolVar(&c.JSON, "json", false, "print the findings as a JSON list")
 	fs.BoolVar(&c.EverySyscall, "every-syscall", false, "trace every syscall of -p PID, not only those the detectors need (slows every syscall on the node while it runs)")
-	err := parseCommand(fs, args, "Usage: flint doctor [-p PID | -a | --container ID] [flags]\n\n"+
+	err := parseFlags(fs, args, "Usage: flint doctor [-p PID | -a | --container ID] [flags]\n\n"+
 		"Records CPU stacks and traces a few syscalls, then reports known problems with the evidence measured and the fix:\n"+
 		strings.Join(doctor.Detectors(), ", ")+".")
 	if err != nil {
@@ -299,7 +280,7 @@ func parseSyscalls(args []string) (*SyscallsConfig, error) {
 	fs.IntVar(&c.Top, "n", c.Top, "show this many `rows`, most time first")
 	fs.IntVar(&c.Stacks, "stacks", c.Stacks, "calling stacks shown per row (`count`)")
 	fs.BoolVar(&c.JSON, "json", false, "print the table as JSON")
-	err := parseCommand(fs, args, "Usage: flint syscalls [-p PID | -a | --container ID] [-s read,write] [flags]\n\n"+
+	err := parseFlags(fs, args, "Usage: flint syscalls [-p PID | -a | --container ID] [-s read,write] [flags]\n\n"+
 		"Counts and times syscalls per process: calls, rate, errors, total time, p50/p99 latency and the calling stacks.\n"+
 		"Tracing every syscall (-p PID without -s) slows every syscall on the node while it runs (docs/BENCHMARKS.md).")
 	if err != nil {

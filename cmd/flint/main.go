@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -93,4 +94,23 @@ func run(args []string) error {
 		return nil
 	}
 	return usageError{fmt.Errorf("unknown command %q (run 'flint help')", args[0])}
+}
+
+// parseFlags parses a command's args, printing help, synopsis first, for -h.
+func parseFlags(fs *flag.FlagSet, args []string, synopsis string) error {
+	// Errors are reported once, in one line, by main; -h prints the flags.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println(synopsis + "\n\nFlags:")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
 }

@@ -107,25 +107,6 @@ func apiFlags(fs *flag.FlagSet, c *APIConfig) {
 	fs.StringVar(&c.Selector, "selector", "", "which samples, as label matchers such as '{comm=\"api\"}' (default all)")
 }
 
-// parseFlags parses args, printing help for -h; usage is the synopsis.
-func parseFlags(fs *flag.FlagSet, args []string, usage string) error {
-	// Errors are reported once, in one line, by main; -h prints the flags.
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println(usage + "\n\nFlags:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
-
 // QueryConfig is what `flint query` was asked to do.
 type QueryConfig struct {
 	APIConfig

@@ -153,8 +153,6 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	c := &RecordConfig{Duration: 10 * time.Second, Frequency: 99, Output: "flint.svg", Transfer: sampler.RingBuffer, UnwindMemory: sampler.DefaultUnwindMemory,
 		OffCPUMin: sampler.DefaultOffCPUMin, OffCPUSample: 1}
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
-	// Errors are reported once, in one line, by main; -h prints the flags.
-	fs.SetOutput(io.Discard)
 	for _, name := range []string{"p", "pid"} {
 		fs.IntVar(&c.PID, name, 0, "record the process with this `PID` (all its threads)")
 	}
@@ -180,17 +178,8 @@ func parseRecord(args []string) (*RecordConfig, error) {
 	fs.UintVar(&c.OffCPUSample, "off-cpu-sample", c.OffCPUSample, "record one span off the CPU in `N`, each counting N times")
 	fs.Var(transferFlag{&c.Transfer}, "transfer", "kernel-to-user `path`: ringbuf, or aggregate (in-kernel maps; for benchmarks)")
 	unwindMemoryFlag(fs, &c.UnwindMemory)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks (or where threads wait: --off-cpu, --wall) and writes a flame graph, pprof, folded stacks or a JSON tree.\n\nFlags:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args, "Usage: flint record [-p PID | -a | --container ID] [flags]\n\nSamples on-CPU stacks (or where threads wait: --off-cpu, --wall) and writes a flame graph, pprof, folded stacks or a JSON tree."); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, usageError{err}
