@@ -9,7 +9,9 @@
 # cost were it not new: a run's CPU is mostly the interpreter's start and
 # exit, whose samples are three times as deep (bench/sample-parts.sh), so
 # bench/agent-pair.sh's figure a run less this is more than being new
-# costs.
+# costs. Each round's imports make new code objects, which the agent then
+# reads from the process's memory: its agent figure is more than a
+# long-lived service, whose code objects settle, costs (docs/BENCHMARKS.md).
 #
 #	sudo bench/python-warm.sh AGENT_BIN                # 60 s busy, 60 s idle
 #	sudo SECS=120 bench/python-warm.sh AGENT_BIN
