@@ -267,6 +267,26 @@ func current() (sets, error) {
 	}, nil
 }
 
+// Effective returns the capabilities this process has in effect.
+func Effective() (Set, error) {
+	s, err := current()
+	return s.effective, err
+}
+
+// MissingToLoad names what of CAP_BPF and CAP_PERFMON, which loading and
+// attaching BPF programs takes, have lacks; CAP_SYS_ADMIN stands in for
+// both on kernels older than 5.8.
+func MissingToLoad(have Set) []string {
+	var missing []string
+	if !have.Has(BPF) && !have.Has(SysAdmin) {
+		missing = append(missing, "CAP_BPF")
+	}
+	if !have.Has(Perfmon) && !have.Has(SysAdmin) {
+		missing = append(missing, "CAP_PERFMON")
+	}
+	return missing
+}
+
 // Status is a process's capabilities as /proc/PID/status shows them.
 type Status struct {
 	Effective, Permitted, Inheritable, Bounding, Ambient Set

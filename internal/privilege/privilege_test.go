@@ -52,6 +52,37 @@ func TestAdjust(t *testing.T) {
 	}
 }
 
+func TestMissingToLoad(t *testing.T) {
+	for _, tc := range []struct {
+		have Set
+		want string
+	}{
+		{Of(BPF, Perfmon), ""},
+		{Of(SysAdmin), ""}, // before 5.8, it stood for both
+		{Of(BPF), "CAP_PERFMON"},
+		{Of(Perfmon, SysPtrace), "CAP_BPF"},
+		{0, "CAP_BPF,CAP_PERFMON"},
+	} {
+		if got := strings.Join(MissingToLoad(tc.have), ","); got != tc.want {
+			t.Errorf("MissingToLoad(%v) = %q, want %q", tc.have, got, tc.want)
+		}
+	}
+}
+
+func TestEffective(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip(err)
+	}
+	st, err := ParseStatus(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Effective(); err != nil || got != st.Effective {
+		t.Errorf("Effective() = %v, %v; /proc/self/status says %v", got, err, st.Effective)
+	}
+}
+
 func TestOlderThan(t *testing.T) {
 	for release, want := range map[string]bool{
 		"6.18.0": false, "6.5.0-rc1": false, "6.4.16": true, "5.15.0-91-generic": true, "7.0": false, "6": true, "": true,

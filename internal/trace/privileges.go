@@ -4,15 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-)
 
-// Capability bits (linux/capability.h).
-const (
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
+	"github.com/flint-dev/flint/internal/privilege"
 )
 
 // Sentinel errors for what the machine does not allow.
@@ -26,30 +20,11 @@ var (
 // another user's binary through /proc/PID/map_files takes CAP_SYS_ADMIN as
 // well; root has everything.
 func CheckPrivileges() error {
-	status, err := os.ReadFile("/proc/self/status")
+	have, err := privilege.Effective()
 	if err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
+		return err
 	}
-	var eff uint64
-	found := false
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			eff, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			found = err == nil
-		}
-	}
-	if !found {
-		return errors.New("read capabilities: no CapEff in /proc/self/status")
-	}
-	has := func(c uint) bool { return eff&(1<<c) != 0 }
-	var missing []string
-	if !has(capBPF) && !has(capSysAdmin) {
-		missing = append(missing, "CAP_BPF")
-	}
-	if !has(capPerfmon) && !has(capSysAdmin) {
-		missing = append(missing, "CAP_PERFMON")
-	}
-	if len(missing) > 0 {
+	if missing := privilege.MissingToLoad(have); len(missing) > 0 {
 		return fmt.Errorf("%w; missing: %s", ErrNoPermission, strings.Join(missing, ", "))
 	}
 	return nil
