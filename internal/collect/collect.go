@@ -899,9 +899,7 @@ func (b *builder) user(k procKey, p *proc.Process, addr uint64, isReturn bool) *
 	if m != nil && m.Inode == 0 && m.Path == "" && b.c.jit != nil && !b.jitAsked[k] {
 		// JIT code: its map may lack it, or be older than it.
 		b.jitAsked[k] = true
-		if isJVM(p) {
-			b.c.jit(p.PID)
-		}
+		b.c.jvmOf(p)
 	}
 	l := &profile.Location{Address: addr, Frames: frames}
 	if m != nil {

@@ -64,9 +64,11 @@ func isJVM(p *proc.Process) bool {
 }
 
 // jvmOf reports whether p runs a HotSpot JVM and, if it does, asks for its
-// JIT map (SetJIT), at each read of its mappings: a JVM read as its loader
-// mapped its libraries is known as one only when read again. The request
-// is cheap again: the dumper asks a JVM at most once a period.
+// JIT map (SetJIT). Called at each read of its mappings (a JVM read as its
+// loader mapped its libraries is known as one only when read again) and at
+// its first sample in anonymous code a window (the map may be older than
+// the code). Asking again is cheap: the dumper asks a JVM at most once a
+// period.
 func (c *Collector) jvmOf(p *proc.Process) bool {
 	jvm := isJVM(p)
 	if jvm && c.jit != nil {
