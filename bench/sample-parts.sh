@@ -15,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) -eq 0 ]] || { echo "sample-parts: needs root" >&2; exit 1; }
+[[ ${FREQUENCY:=99} =~ ^[1-9][0-9]*$ ]] || { echo "sample-parts: FREQUENCY=$FREQUENCY: want samples a second" >&2; exit 2; }
+[[ ${DEPTH:=0} =~ ^[0-9]+$ ]] || { echo "sample-parts: DEPTH=$DEPTH: want Python calls" >&2; exit 2; }
 for tool in bpftool jq curl git make go clang-19; do
 	command -v $tool >/dev/null || { echo "sample-parts: needs $tool on PATH (README, \"Develop\")" >&2; exit 1; }
 done
@@ -36,7 +38,7 @@ git worktree add --quiet --detach "$tmp/src" HEAD
 	{ echo "sample-parts: bench/sample-parts.patch does not build on HEAD: update it" >&2; exit 1; }
 
 "$tmp/flint" agent --data-dir "$tmp/data" --listen 127.0.0.1:7492 --doctor-every 0 \
-	--frequency "${FREQUENCY:-99}" >/dev/null 2>&1 &
+	--frequency "$FREQUENCY" >/dev/null 2>&1 &
 pids+=($!)
 # parts: the sample_parts map, slot and value (summed over CPUs) a line.
 parts() { bpftool map dump name sample_parts -j | jq -r '.[] | "\(.formatted.key) \([.formatted.values[].value] | add)"'; }
@@ -49,7 +51,7 @@ sleep 60
 churn_stop
 sleep 3 # the last runs end
 parts >"$tmp/p1"
-"${churn_cmd[0]}" -c "$python_again" "${DEPTH:-0}" &
+"${churn_cmd[0]}" -c "$python_again" "$DEPTH" &
 pids+=($!)
 sleep 10 # past its first second, when it is young
 parts >"$tmp/p2"
