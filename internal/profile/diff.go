@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // LabelBase marks the samples of a differential profile that come from the
@@ -17,8 +18,9 @@ const LabelBase = "pprof::base"
 // Diff returns the differential profile of current against base in the
 // representation `go tool pprof -diff_base` uses: current's samples as they
 // are, then base's samples with negated counts and the label
-// "pprof::base"="true" added. Counts are not normalized (see Scale); Start,
-// Duration and Period are current's. Either argument may be nil or empty.
+// "pprof::base"="true" added. Counts are neither normalized (see Scale)
+// nor converted between periods (see InPeriod); Start, Duration and
+// Period are current's. Either argument may be nil or empty.
 //
 // The result shares locations and mappings with its arguments and must be
 // encoded with WriteDiff: Tree, Folded and Write would subtract base from
@@ -85,6 +87,19 @@ func Scale(p *Profile, ratio float64) *Profile {
 		}
 		out.Samples = append(out.Samples, &Sample{Stack: s.Stack, Count: int64(c), Labels: s.Labels})
 	}
+	return out
+}
+
+// InPeriod returns p with its counts as counts of period (p's period
+// or a shorter one), rounded: the same CPU time, so that ranges sampled
+// at different rates compare. It returns p itself when its period is
+// period or unknown (0).
+func InPeriod(p *Profile, period time.Duration) *Profile {
+	if p.Period == period || p.Period == 0 || period == 0 {
+		return p
+	}
+	out := Scale(p, float64(p.Period)/float64(period))
+	out.Period = period
 	return out
 }
 

@@ -204,6 +204,18 @@ func TestScale(t *testing.T) {
 	}
 }
 
+func TestInPeriod(t *testing.T) {
+	base, _ := diffTestProfiles()
+	base.Period = 50 * time.Millisecond
+	got := InPeriod(base, 10*time.Millisecond)
+	if got.Period != 10*time.Millisecond || got.Total() != 5*base.Total() || base.Period != 50*time.Millisecond {
+		t.Errorf("%d samples of %s, want %d of 10ms; original now of %s", got.Total(), got.Period, 5*base.Total(), base.Period)
+	}
+	if InPeriod(base, base.Period) != base || InPeriod(base, 0) != base {
+		t.Error("a profile already in the period, or of no period, was copied")
+	}
+}
+
 func TestDeltaColour(t *testing.T) {
 	for _, tc := range []struct {
 		delta, max float64

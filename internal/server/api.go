@@ -140,6 +140,11 @@ func (s *server) handleDiff(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	fillRange(current, req.current)
+	// Ranges sampled at different rates compare as CPU time, in counts of
+	// the shorter period.
+	if unit := min(base.Period, current.Period); unit > 0 {
+		base, current = profile.InPeriod(base, unit), profile.InPeriod(current, unit)
+	}
 	if req.normalize && base.Total() > 0 {
 		base = profile.Scale(base, float64(current.Total())/float64(base.Total()))
 	}

@@ -73,6 +73,30 @@ func TestSQLiteProfileTypes(t *testing.T) {
 	}
 }
 
+// TestSQLiteDiffPeriods compares a range sampled at 100 Hz with a base
+// sampled at 20 Hz for the same CPU time: as CPU time, in counts of the
+// shorter period, they are the same.
+func TestSQLiteDiffPeriods(t *testing.T) {
+	st, fake := sqliteWithFake(t)
+	for i := range 6 {
+		w := *fake.windows[i]
+		w.Start, w.Period = w.Start.Add(-time.Minute), 5*w.Period
+		w.Samples = nil
+		for _, smp := range fake.windows[i].Samples {
+			w.Samples = append(w.Samples, &profile.Sample{Stack: smp.Stack, Count: smp.Count / 5, Labels: smp.Labels})
+		}
+		if err := st.Write(context.Background(), &w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newServer(Options{Store: st}, func() time.Time { return testNow })
+	w := get(h, http.MethodGet, "/api/v1/diff?from=now-1h&to=now-59m&format=folded", nil)
+	want := "api;main.main;main.idle 60 60\napi;main.main;main.work 120 120\nworker;main.main;worker.loop 60 60\n"
+	if w.Code != 200 || w.Body.String() != want {
+		t.Errorf("%d %q, want %q", w.Code, w.Body, want)
+	}
+}
+
 // TestSQLiteLimits checks that the store's limits come back as 422 and its
 // rejections as 400.
 func TestSQLiteLimits(t *testing.T) {

@@ -45,7 +45,11 @@ func TestChdb(t *testing.T) {
 	off := wl.window(1)
 	off.Kind, off.Period = profile.OffCPU, time.Nanosecond
 	off.Samples[0].Count = 5e9
-	ps = append(ps, old, off)
+	// A window sampled at another rate: the queries read the hour one
+	// period at a time.
+	slow := wl.window(12)
+	slow.Period *= 5
+	ps = append(ps, old, off, slow)
 	for i, p := range ps {
 		if err := s.WriteWindow(ctx, p, []Finding{finding(p.Start, "busy-poll", "svc1")}, i%2 == 0); err != nil {
 			t.Fatal(err)

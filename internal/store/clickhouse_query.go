@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp/syntax"
 	"slices"
@@ -166,55 +167,62 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, fmt.Errorf("read label sets: %w", err)
 	}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
+	var periods []time.Duration
+	if q.Type == profile.CPU {
+		if periods, err = c.cpuPeriods(ctx, q.From, q.To); err != nil {
+			return nil, err
+		}
+		p.Period = unitOf(periods)
+	}
 	type row struct {
 		stack, group uint64
-		labels       map[string]string
-		count        int64
 	}
-	var rows []row
-	if len(groups) > 0 {
+	if len(groups) == 0 {
+		return p, nil
+	}
+	counts := map[row]int64{}
+	for _, ps := range passes(q.Type, periods) {
 		// FROM samples itself, so that over a cluster each shard joins and
 		// sums its own rows (the label sets it joins are its own too).
 		sql := "SELECT stack, g, sum(count) FROM samples ALL INNER JOIN (SELECT hash AS labels, cityHash64(toString(kn), toString(kv)) AS g FROM " +
-			sets + ") AS l USING labels WHERE " + where + " GROUP BY stack, g" + limit
+			sets + ") AS l USING labels WHERE " + where + chPeriod(ps, q.From, q.To) + " GROUP BY stack, g" + limit
 		err = c.queryRows(ctx, sql, func(r *rowReader) error {
 			st, g, n := r.uint64(), r.uint64(), r.int64()
 			if r.err != nil {
 				return nil
 			}
-			l, ok := groups[g]
-			if !ok {
+			if _, ok := groups[g]; !ok {
 				return fmt.Errorf("samples of label group %x, which is not among the label sets", g)
 			}
-			rows = append(rows, row{st, g, l, n})
+			counts[row{st, g}] += ps.convert(n)
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	if c.opts.MaxStacks > 0 && len(rows) > c.opts.MaxStacks {
+	if c.opts.MaxStacks > 0 && len(counts) > c.opts.MaxStacks {
 		return nil, errTooManyStacks(c.opts.MaxStacks)
 	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
-	if q.Type == profile.CPU {
-		if p.Period, err = c.cpuPeriod(ctx, q.From, q.To); err != nil {
-			return nil, err
-		}
-	}
-	if len(rows) == 0 {
+	if len(counts) == 0 {
 		return p, nil
 	}
+	// In a fixed order, whatever order the shards answered in: replicas
+	// give the same bytes for the same question.
+	rows := slices.SortedFunc(maps.Keys(counts), func(a, b row) int {
+		return cmp.Or(cmp.Compare(a.stack, b.stack), cmp.Compare(a.group, b.group))
+	})
 	// The stacks are named by their hashes, which the samples query
 	// returned: reading them again from samples would scan them twice.
 	listed := map[uint64]bool{}
 	var in strings.Builder
-	for i, r := range rows {
+	for _, r := range rows {
 		if listed[r.stack] {
 			continue
 		}
 		listed[r.stack] = true
-		if i > 0 {
+		if in.Len() > 0 {
 			in.WriteByte(',')
 		}
 		in.WriteString(strconv.FormatUint(r.stack, 10))
@@ -236,35 +244,38 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, fmt.Errorf("read stacks: %w", err)
 	}
-	// In a fixed order, whatever order the shards answered in: replicas
-	// give the same bytes for the same question.
-	slices.SortFunc(rows, func(a, b row) int {
-		return cmp.Or(cmp.Compare(a.stack, b.stack), cmp.Compare(a.group, b.group))
-	})
 	p.Samples = make([]*profile.Sample, len(rows))
 	for i, r := range rows {
 		s, ok := stacks[r.stack]
 		if !ok {
 			return nil, fmt.Errorf("samples refer to stack %x, which is not stored with their day", r.stack)
 		}
-		p.Samples[i] = &profile.Sample{Stack: s, Count: r.count, Labels: r.labels}
+		p.Samples[i] = &profile.Sample{Stack: s, Count: counts[r], Labels: groups[r.group]}
 	}
 	return p, nil
 }
 
-// cpuPeriod returns the sampling period most windows (CPU windows: no
-// other type is in the table) in [from, to) have.
-func (c *ClickHouse) cpuPeriod(ctx context.Context, from, to time.Time) (time.Duration, error) {
-	var p int64
-	err := c.queryRows(ctx, "SELECT period FROM windows WHERE "+chRange(from, to)+
-		" GROUP BY period ORDER BY count() DESC, period LIMIT 1", func(r *rowReader) error {
-		p = r.int64()
+// cpuPeriods lists the distinct periods of the CPU windows (no other
+// type is in the table) starting in [from, to), shortest first.
+func (c *ClickHouse) cpuPeriods(ctx context.Context, from, to time.Time) ([]time.Duration, error) {
+	var out []time.Duration
+	err := c.queryRows(ctx, "SELECT DISTINCT period FROM windows WHERE "+chRange(from, to)+" ORDER BY period", func(r *rowReader) error {
+		out = append(out, time.Duration(r.int64()))
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read windows: %w", err)
+		return nil, fmt.Errorf("read windows: %w", err)
 	}
-	return time.Duration(p), nil
+	return out, nil
+}
+
+// chPeriod is the condition, to add to chSamples's, that keeps the
+// samples of a pass's windows; "" for every window.
+func chPeriod(ps pass, from, to time.Time) string {
+	if ps.period == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" AND (node, start) IN (SELECT node, start FROM windows WHERE %s AND period = %d)", chRange(from, to), int64(ps.period))
 }
 
 // Series counts samples per step per value of q.By, as SQLite.Series does.
@@ -285,40 +296,48 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 	if c.opts.MaxSeriesPoints > 0 {
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
 	}
-	// Joined first, then summed per (value, step): summing per (label
-	// set, step) first makes a group of every process's every window.
-	sql := fmt.Sprintf("SELECT v, intDiv(start - %d, %d) AS b, sum(count) FROM totals ALL INNER JOIN (SELECT hash AS labels,"+
-		" any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s GROUP BY hash) AS l USING labels WHERE %s GROUP BY v, b%s",
-		from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.Type, q.From, q.To), limit)
+	var periods []time.Duration
+	if q.Type == profile.CPU {
+		if periods, err = c.cpuPeriods(ctx, q.From, q.To); err != nil {
+			return nil, fmt.Errorf("query series: %w", err)
+		}
+	}
 	index := map[string]int{}
 	var values []string
 	var points [][]int64
-	err = c.queryRows(ctx, sql, func(r *rowReader) error {
-		v, b, n := r.string(), r.int64(), r.int64()
-		if r.err != nil {
-			return nil
-		}
-		if b < 0 || b >= buckets {
-			return fmt.Errorf("series bucket %d out of range", b)
-		}
-		i, ok := index[v]
-		if !ok {
-			if max := int64(c.opts.MaxSeriesPoints); max > 0 && int64(len(values)+1)*buckets > max {
-				return errTooManySeries(int64(len(values)), buckets, max)
+	for _, ps := range passes(q.Type, periods) {
+		// Joined first, then summed per (value, step): summing per (label
+		// set, step) first makes a group of every process's every window.
+		sql := fmt.Sprintf("SELECT v, intDiv(start - %d, %d) AS b, sum(count) FROM totals ALL INNER JOIN (SELECT hash AS labels,"+
+			" any(values[indexOf(names, %s)]) AS v FROM labelsets WHERE %s AND %s GROUP BY hash) AS l USING labels WHERE %s%s GROUP BY v, b%s",
+			from, int64(q.Step), quote(q.By), chDays(q.From, q.To), cond, chSamples(cond, q.Type, q.From, q.To), chPeriod(ps, q.From, q.To), limit)
+		err = c.queryRows(ctx, sql, func(r *rowReader) error {
+			v, b, n := r.string(), r.int64(), r.int64()
+			if r.err != nil {
+				return nil
 			}
-			i = len(values)
-			index[v] = i
-			values = append(values, v)
-			points = append(points, make([]int64, buckets))
+			if b < 0 || b >= buckets {
+				return fmt.Errorf("series bucket %d out of range", b)
+			}
+			i, ok := index[v]
+			if !ok {
+				if max := int64(c.opts.MaxSeriesPoints); max > 0 && int64(len(values)+1)*buckets > max {
+					return errTooManySeries(int64(len(values)), buckets, max)
+				}
+				i = len(values)
+				index[v] = i
+				values = append(values, v)
+				points = append(points, make([]int64, buckets))
+			}
+			points[i][b] += ps.convert(n)
+			return nil
+		})
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("query series: %w", err)
 		}
-		points[i][b] += n
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("query series: %w", err)
 	}
 	return rankSeries(values, points, q.From, q.Step), nil
 }

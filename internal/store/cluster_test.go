@@ -44,15 +44,25 @@ func TestClickHouseShards(t *testing.T) {
 	}
 
 	wl := newWorkload(t0)
-	var ps []*profile.Profile
-	for i := range 6 {
+	var want []*profile.Profile // as CPU time at the workload's period
+	for i := range 7 {
 		p := wl.window(i)
 		node := nodes[i%2]
 		for _, smp := range p.Samples {
 			smp.Labels = maps.Clone(smp.Labels)
 			smp.Labels[profile.LabelNode] = node
 		}
-		ps = append(ps, p)
+		w := p
+		if i == 6 {
+			// A node sampling at a fifth of the rate: the shards' counts of
+			// one query are read one period at a time.
+			p.Period *= 5
+			w = &profile.Profile{Start: p.Start, Duration: p.Duration, Period: wlPeriod}
+			for _, smp := range p.Samples {
+				w.Samples = append(w.Samples, &profile.Sample{Stack: smp.Stack, Count: 5 * smp.Count, Labels: smp.Labels})
+			}
+		}
+		want = append(want, w)
 		f := finding(p.Start, "busy-poll", "svc1")
 		f.Labels[profile.LabelNode] = node
 		// Resent: the check for an earlier write must see through the
@@ -66,14 +76,14 @@ func TestClickHouseShards(t *testing.T) {
 
 	all := Query{From: t0, To: t0.Add(time.Hour)}
 	got := query(t, s, all)
-	if diff := compare(canonical(got.Samples), canonical(filter(ps, nil, nil))); diff != "" {
+	if diff := compare(canonical(got.Samples), canonical(filter(want, nil, nil))); diff != "" {
 		t.Error(diff)
 	}
 	one := all
 	one.Selector = mustParse(t, `{node="`+nodes[1]+`",comm="svc1"}`)
 	one.KeepLabels = []string{"node"}
 	got = query(t, s, one)
-	if diff := compare(canonical(got.Samples), canonical(filter(ps, one.Selector, one.KeepLabels))); diff != "" {
+	if diff := compare(canonical(got.Samples), canonical(filter(want, one.Selector, one.KeepLabels))); diff != "" {
 		t.Error(diff)
 	}
 	values, err := s.LabelValues(ctx, profile.LabelNode, all.From, all.To)
@@ -81,12 +91,12 @@ func TestClickHouseShards(t *testing.T) {
 		t.Errorf("nodes %q, %v; want %q", values, err, nodes)
 	}
 	series, err := s.Series(ctx, SeriesQuery{Query: all, By: profile.LabelNode, Step: time.Hour})
-	if err != nil || len(series) != 2 || series[0].Points[0].Samples+series[1].Points[0].Samples != int64(6*wlSamples) {
-		t.Errorf("series %+v, %v; want two adding up to %d", series, err, 6*wlSamples)
+	if err != nil || len(series) != 2 || series[0].Points[0].Samples+series[1].Points[0].Samples != int64(11*wlSamples) {
+		t.Errorf("series %+v, %v; want two adding up to %d", series, err, 11*wlSamples)
 	}
 	fs, err := s.Findings(ctx, all)
-	if err != nil || len(fs) != 6 {
-		t.Errorf("%d findings, %v; want 6", len(fs), err)
+	if err != nil || len(fs) != 7 {
+		t.Errorf("%d findings, %v; want 7", len(fs), err)
 	}
 
 	// Each shard holds its own node's rows, and only them.

@@ -101,29 +101,60 @@ func (s *SQLite) decodeLabelSet(id int64, b []byte) (map[string]string, error) {
 	return l, nil
 }
 
-// scanSamples reads the samples rows of type typ of [from, to) whose label set is in
-// want (all rows when want is nil), the columns named in cols (labels
-// first), and calls f with each row's values; a blob is only valid during
-// the call. Rows cost ~1 µs each through database/sql, so only the columns
-// used are read.
-func scanSamples(ctx context.Context, tx *sql.Tx, typ profile.Kind, from, to int64, want []int64, cols string, dest []any, f func() error) error {
-	// The type is the window's: the small windows table says which
-	// windows of the range have it, and samples rows are read by start.
+// span is what the windows table says of a query's range [from, to):
+// the small table tells which windows to read, and samples rows are read
+// by start.
+type span struct {
+	from, to int64
+	typ      profile.Kind
+	// others: windows of another type are in the range.
+	others bool
+	// periods are those of its CPU windows, shortest first.
+	periods []time.Duration
+}
+
+// readSpan reads the span of [from, to) for a query of type typ, in one
+// pass over its windows.
+func readSpan(ctx context.Context, tx *sql.Tx, typ profile.Kind, from, to int64) (span, error) {
+	sp := span{from: from, to: to, typ: typ}
+	rows, err := tx.QueryContext(ctx, `SELECT type, period FROM windows WHERE start >= ? AND start < ? GROUP BY type, period ORDER BY period`, from, to)
+	if err != nil {
+		return sp, fmt.Errorf("read windows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, p int64
+		if err := rows.Scan(&t, &p); err != nil {
+			return sp, fmt.Errorf("read windows: %w", err)
+		}
+		if profile.Kind(t) != typ {
+			sp.others = true
+		}
+		if profile.Kind(t) == profile.CPU {
+			sp.periods = append(sp.periods, time.Duration(p))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sp, fmt.Errorf("read windows: %w", err)
+	}
+	return sp, nil
+}
+
+// scan reads the samples rows of the span's windows of its type and, when
+// ps.period is not 0, of that period, whose label set is in want (all rows
+// when want is nil): the columns named in cols (labels first), calling f
+// with each row's values; a blob is only valid during the call. Rows cost
+// ~1 µs each through database/sql, so only the columns used are read.
+func (sp span) scan(ctx context.Context, tx *sql.Tx, ps pass, want []int64, cols string, dest []any, f func() error) error {
+	q := "SELECT " + cols + " FROM samples WHERE start >= ?1 AND start < ?2"
+	args := []any{sp.from, sp.to}
 	// Checking each row's window made a selective query 20-35% slower
 	// (BenchmarkProfile24h/pod-selector, a CPU-only store, on a busy
 	// machine), so a range whose windows are all of the type (any store
-	// without --off-cpu) is read as before.
-	var mixed bool
-	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM windows WHERE start >= ? AND start < ? AND type != ?)`,
-		from, to, int(typ)).Scan(&mixed)
-	if err != nil {
-		return fmt.Errorf("read windows: %w", err)
-	}
-	q := "SELECT " + cols + " FROM samples WHERE start >= ?1 AND start < ?2"
-	args := []any{from, to}
-	if mixed {
-		q += " AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3)"
-		args = append(args, int(typ))
+	// without --off-cpu) and of one period is read without.
+	if sp.others || ps.period != 0 {
+		q += " AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3 AND (?4 = 0 OR period = ?4))"
+		args = append(args, int(sp.typ), int64(ps.period))
 	}
 	if want != nil {
 		// A selective selector: let SQLite skip the other rows without
@@ -231,15 +262,31 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 		group[c.id] = g
 		matched = append(matched, c.id)
 	}
+	sp, err := readSpan(ctx, tx, q.Type, from, to)
+	if err != nil {
+		return nil, err
+	}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
+	if q.Type == profile.CPU {
+		p.Period = unitOf(sp.periods)
+	}
+	if len(matched) == 0 {
+		return p, nil
+	}
 	counts := map[sampleKey]int64{}
-	if len(matched) > 0 {
+	for _, ps := range passes(q.Type, sp.periods) {
+		// A pass of one period of several is summed apart, then converted.
+		part := counts
+		if ps.period != 0 {
+			part = map[sampleKey]int64{}
+		}
 		var g int32
 		add := func(stack, count int64) {
-			counts[sampleKey{stack, g}] += count
+			part[sampleKey{stack, g}] += count
 		}
 		var labels int64
 		var blob sql.RawBytes
-		err := scanSamples(ctx, tx, q.Type, from, to, sqlFilter(matched, len(cands)), "labels, stacks", []any{&labels, &blob}, func() error {
+		err := sp.scan(ctx, tx, ps, sqlFilter(matched, len(cands)), "labels, stacks", []any{&labels, &blob}, func() error {
 			var ok bool
 			if g, ok = group[labels]; !ok {
 				return fmt.Errorf("samples refer to label set %d, which is not stored with their time", labels)
@@ -250,7 +297,7 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 			if err := decodeCounts(blob, add); err != nil {
 				return fmt.Errorf("samples of label set %d: %w", labels, err)
 			}
-			if s.opts.MaxStacks > 0 && len(counts) > s.opts.MaxStacks {
+			if s.opts.MaxStacks > 0 && len(part) > s.opts.MaxStacks {
 				return errTooManyStacks(s.opts.MaxStacks)
 			}
 			return nil
@@ -258,11 +305,13 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 		if err != nil {
 			return nil, err
 		}
-	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
-	if q.Type == profile.CPU {
-		if p.Period, err = period(ctx, tx, from, to); err != nil {
-			return nil, err
+		if ps.period != 0 {
+			for k, n := range part {
+				counts[k] += ps.convert(n)
+			}
+			if s.opts.MaxStacks > 0 && len(counts) > s.opts.MaxStacks {
+				return nil, errTooManyStacks(s.opts.MaxStacks)
+			}
 		}
 	}
 	if len(counts) == 0 {
@@ -308,26 +357,16 @@ func keep(l map[string]string, names []string) map[string]string {
 	return out
 }
 
-// period returns the sampling period most CPU windows in [from, to) have.
-func period(ctx context.Context, tx *sql.Tx, from, to int64) (time.Duration, error) {
-	var p int64
-	err := tx.QueryRowContext(ctx, `SELECT period FROM windows WHERE start >= ? AND start < ? AND type = 0
-		GROUP BY period ORDER BY count(*) DESC, period LIMIT 1`, from, to).Scan(&p)
-	if err != nil && err != sql.ErrNoRows {
-		return 0, fmt.Errorf("read windows: %w", err)
-	}
-	return time.Duration(p), nil
-}
-
-// cpuPeriod is period in a snapshot of its own.
-func (s *SQLite) cpuPeriod(ctx context.Context, from, to time.Time) (time.Duration, error) {
-	var p time.Duration
+// cpuPeriods lists the distinct periods of the CPU windows starting in
+// [from, to), shortest first.
+func (s *SQLite) cpuPeriods(ctx context.Context, from, to time.Time) ([]time.Duration, error) {
+	var sp span
 	err := s.inSnapshot(ctx, func(tx *sql.Tx) error {
 		var err error
-		p, err = period(ctx, tx, from.UnixNano(), to.UnixNano())
+		sp, err = readSpan(ctx, tx, profile.CPU, from.UnixNano(), to.UnixNano())
 		return err
 	})
-	return p, err
+	return sp.periods, err
 }
 
 // readCache holds decoded dictionary rows for queries. Rows never change
@@ -612,32 +651,54 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 		if len(matched) == 0 {
 			return nil
 		}
+		sp, err := readSpan(ctx, tx, q.Type, from, to)
+		if err != nil {
+			return err
+		}
 		// Points are allocated per series on its first sample, so the
 		// limit counts series that have samples, not every candidate.
 		points := make([][]int64, len(values))
 		var used int64
 		step := int64(q.Step)
 		var start, labels, total int64
-		err = scanSamples(ctx, tx, q.Type, from, to, sqlFilter(matched, len(cands)), "start, labels, total", []any{&start, &labels, &total}, func() error {
-			i, ok := series[labels]
-			if !ok {
-				return fmt.Errorf("samples refer to label set %d, which is not stored with their time", labels)
+		for _, ps := range passes(q.Type, sp.periods) {
+			// A pass of one period of several is summed apart, then
+			// converted point by point.
+			part := points
+			if ps.period != 0 {
+				part = make([][]int64, len(values))
 			}
-			if i < 0 {
-				return nil
-			}
-			if points[i] == nil {
-				used++
-				if limit > 0 && used*buckets > limit {
-					return errTooManySeries(used-1, buckets, limit)
+			err = sp.scan(ctx, tx, ps, sqlFilter(matched, len(cands)), "start, labels, total", []any{&start, &labels, &total}, func() error {
+				i, ok := series[labels]
+				if !ok {
+					return fmt.Errorf("samples refer to label set %d, which is not stored with their time", labels)
 				}
-				points[i] = make([]int64, buckets)
+				if i < 0 {
+					return nil
+				}
+				if points[i] == nil {
+					used++
+					if limit > 0 && used*buckets > limit {
+						return errTooManySeries(used-1, buckets, limit)
+					}
+					points[i] = make([]int64, buckets)
+				}
+				if part[i] == nil {
+					part[i] = make([]int64, buckets)
+				}
+				part[i][(start-from)/step] += total
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			points[i][(start-from)/step] += total
-			return nil
-		})
-		if err != nil {
-			return err
+			if ps.period != 0 {
+				for i, pts := range part {
+					for b, n := range pts {
+						points[i][b] += ps.convert(n)
+					}
+				}
+			}
 		}
 		out = rankSeries(values, points, q.From, q.Step)
 		return nil

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/flint-dev/flint/internal/profile"
@@ -13,10 +14,62 @@ import (
 // here, once for every backend.
 
 // typedReader is a backend: it answers queries of one stored type and
-// tells the CPU sampling period, which converts CPU samples to time.
+// tells the CPU sampling periods of a range, which convert CPU samples to
+// time.
 type typedReader interface {
 	Reader
-	cpuPeriod(ctx context.Context, from, to time.Time) (time.Duration, error)
+	// cpuPeriods lists the distinct periods of the CPU windows starting in
+	// [from, to), shortest first.
+	cpuPeriods(ctx context.Context, from, to time.Time) ([]time.Duration, error)
+}
+
+// A range's CPU windows may have been sampled at different rates: a
+// fleet's agents with other --frequency values, profiles received over
+// OTLP from a profiler at 20 Hz. Their samples add up as the CPU time they
+// stand for, as counts of the range's shortest period (samples at the
+// highest rate), read one period at a time; a range of one period is read
+// in one pass and keeps its counts as written.
+
+// pass is the part of a query's range read at once.
+type pass struct {
+	// period is that of the windows read; 0 reads every window, each
+	// count as it is.
+	period time.Duration
+	// unit is the period counts are converted to.
+	unit time.Duration
+}
+
+// passes returns the passes that read a range of type t whose CPU windows
+// have periods (shortest first).
+func passes(t profile.Kind, periods []time.Duration) []pass {
+	if t != profile.CPU || len(periods) < 2 {
+		return []pass{{}}
+	}
+	out := make([]pass, len(periods))
+	for i, p := range periods {
+		out[i] = pass{period: p, unit: periods[0]}
+	}
+	return out
+}
+
+// convert returns n samples of the pass's period as samples of its unit,
+// rounded: at least n, for no period is shorter than the unit. A received
+// profile's period may be anything: the result stops at 2^53, far beyond
+// any real count, so that sums of them stay in range.
+func (p pass) convert(n int64) int64 {
+	if p.period == p.unit {
+		return n
+	}
+	return int64(min(math.Round(float64(n)*float64(p.period)/float64(p.unit)), 1<<53))
+}
+
+// unitOf is the period a range's CPU counts are in: its shortest; 0 when
+// it has no CPU window.
+func unitOf(periods []time.Duration) time.Duration {
+	if len(periods) == 0 {
+		return 0
+	}
+	return periods[0]
 }
 
 // checkWriteKind refuses a window of a type the store does not keep.
@@ -59,12 +112,13 @@ func wallProfile(ctx context.Context, r typedReader, q Query) (*profile.Profile,
 }
 
 // wallSeries is the CPU series of q converted to nanoseconds by the
-// period most CPU windows in the range had, plus the off-CPU series.
+// period its counts are in, plus the off-CPU series.
 func wallSeries(ctx context.Context, r typedReader, q SeriesQuery) ([]Series, error) {
-	period, err := r.cpuPeriod(ctx, q.From, q.To)
+	periods, err := r.cpuPeriods(ctx, q.From, q.To)
 	if err != nil {
 		return nil, fmt.Errorf("query series: %w", err)
 	}
+	period := unitOf(periods)
 	index := map[string]int{}
 	var values []string
 	var points [][]int64

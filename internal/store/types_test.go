@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"maps"
+	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -101,4 +104,85 @@ func checkReadsAsCPU(t *testing.T, s Store, w *profile.Profile) Query {
 		t.Errorf("off-CPU profile of an old CPU window: %d samples, want none", len(p.Samples))
 	}
 	return q
+}
+
+// TestMixedPeriods stores windows sampled at different rates, as a fleet's
+// agents with other --frequency values or a profiler sending over OTLP
+// write them: a range adds them up as CPU time, in counts of its finest
+// period, and a range of one rate reads as it was written.
+func TestMixedPeriods(t *testing.T) {
+	forEachBackend(t, testOptions(), func(t *testing.T, s Store) {
+		ctx := context.Background()
+		a := &profile.Location{Address: 1, Frames: []symbol.Frame{{Function: "a"}}}
+		b := &profile.Location{Address: 2, Frames: []symbol.Frame{{Function: "b"}}}
+		api := map[string]string{"comm": "api", "pid": "1", "node": "n1"}
+		fast, slow := 10*time.Millisecond, 50*time.Millisecond
+		window := func(i int, period time.Duration, na, nb int64) *profile.Profile {
+			return &profile.Profile{Start: t0.Add(time.Duration(i) * wlWindow), Duration: wlWindow, Period: period, Samples: []*profile.Sample{
+				{Stack: []*profile.Location{a}, Count: na, Labels: api},
+				{Stack: []*profile.Location{b}, Count: nb, Labels: api},
+			}}
+		}
+		// 100 ms of a, then 50 ms of a and 100 ms of b, then 30 ms of b.
+		write(t, s, window(0, fast, 10, 0), window(1, slow, 1, 2), window(2, fast, 0, 3))
+		counts := func(p *profile.Profile) map[string]int64 {
+			out := map[string]int64{}
+			for _, smp := range p.Samples {
+				out[smp.Stack[0].Frames[0].Function] += smp.Count
+			}
+			return out
+		}
+		for _, tt := range []struct {
+			name     string
+			from, to int // window indexes
+			period   time.Duration
+			want     map[string]int64
+		}{
+			{"all", 0, 3, fast, map[string]int64{"a": 15, "b": 13}},
+			{"the slow window", 1, 2, slow, map[string]int64{"a": 1, "b": 2}},
+			{"from the slow window", 1, 3, fast, map[string]int64{"a": 5, "b": 13}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				q := Query{From: t0.Add(time.Duration(tt.from) * wlWindow), To: t0.Add(time.Duration(tt.to) * wlWindow)}
+				p := query(t, s, q)
+				if got := counts(p); p.Period != tt.period || !maps.Equal(got, tt.want) {
+					t.Errorf("%v of %s, want %v of %s", got, p.Period, tt.want, tt.period)
+				}
+				q.Type = profile.Wall
+				if got, want := query(t, s, q).Total(), (tt.want["a"]+tt.want["b"])*int64(tt.period); got != want {
+					t.Errorf("wall time %d ns, want %d", got, want)
+				}
+			})
+		}
+		ss, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(3 * wlWindow)}, By: "comm", Step: wlWindow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Series{{Value: "api", Points: []Point{{t0, 10}, {t0.Add(wlWindow), 15}, {t0.Add(2 * wlWindow), 3}}}}
+		if !reflect.DeepEqual(ss, want) {
+			t.Errorf("series %+v, want %+v", ss, want)
+		}
+	})
+}
+
+func TestPassConvert(t *testing.T) {
+	fast := time.Second / 99
+	for _, tt := range []struct {
+		ps   pass
+		n    int64
+		want int64
+	}{
+		{pass{}, 7, 7},
+		{pass{period: fast, unit: fast}, 7, 7},
+		{pass{period: time.Second / 19, unit: fast}, 1, 5}, // 5.21
+		{pass{period: time.Second / 19, unit: fast}, 19, 99},
+		{pass{period: math.MaxInt64, unit: time.Nanosecond}, 1 << 40, 1 << 53},
+	} {
+		if got := tt.ps.convert(tt.n); got != tt.want {
+			t.Errorf("%+v: %d samples converted to %d, want %d", tt.ps, tt.n, got, tt.want)
+		}
+	}
+	if got := passes(profile.OffCPU, []time.Duration{fast, time.Second / 19}); len(got) != 1 || got[0].period != 0 {
+		t.Errorf("off-CPU passes %+v, want one over every window", got)
+	}
 }
