@@ -272,7 +272,7 @@ func (c *ClickHouse) cpuPeriods(ctx context.Context, from, to time.Time) ([]time
 // chPeriod is the condition, to add to chSamples's, that keeps the
 // samples of a pass's windows; "" for every window.
 func chPeriod(ps pass, from, to time.Time) string {
-	if ps.period == 0 {
+	if ps.every {
 		return ""
 	}
 	return fmt.Sprintf(" AND (node, start) IN (SELECT node, start FROM windows WHERE %s AND period = %d)", chRange(from, to), int64(ps.period))

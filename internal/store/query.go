@@ -140,8 +140,8 @@ func readSpan(ctx context.Context, tx *sql.Tx, typ profile.Kind, from, to int64)
 	return sp, nil
 }
 
-// scan reads the samples rows of the span's windows of its type and, when
-// ps.period is not 0, of that period, whose label set is in want (all rows
+// scan reads the samples rows of the span's windows of its type and of
+// the pass, whose label set is in want (all rows
 // when want is nil): the columns named in cols (labels first), calling f
 // with each row's values; a blob is only valid during the call. Rows cost
 // ~1 µs each through database/sql, so only the columns used are read.
@@ -152,9 +152,14 @@ func (sp span) scan(ctx context.Context, tx *sql.Tx, ps pass, want []int64, cols
 	// (BenchmarkProfile24h/pod-selector, a CPU-only store, on a busy
 	// machine), so a range whose windows are all of the type (any store
 	// without --off-cpu) and of one period is read without.
-	if sp.others || ps.period != 0 {
-		q += " AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3 AND (?4 = 0 OR period = ?4))"
-		args = append(args, int(sp.typ), int64(ps.period))
+	if sp.others || !ps.every {
+		q += " AND window IN (SELECT id FROM windows WHERE start >= ?1 AND start < ?2 AND type = ?3"
+		args = append(args, int(sp.typ))
+		if !ps.every {
+			q += " AND period = ?4"
+			args = append(args, int64(ps.period))
+		}
+		q += ")"
 	}
 	if want != nil {
 		// A selective selector: let SQLite skip the other rows without
@@ -277,7 +282,7 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 	for _, ps := range passes(q.Type, sp.periods) {
 		// A pass of one period of several is summed apart, then converted.
 		part := counts
-		if ps.period != 0 {
+		if !ps.every {
 			part = map[sampleKey]int64{}
 		}
 		var g int32
@@ -305,7 +310,7 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 		if err != nil {
 			return nil, err
 		}
-		if ps.period != 0 {
+		if !ps.every {
 			for k, n := range part {
 				counts[k] += ps.convert(n)
 			}
@@ -665,7 +670,7 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 			// A pass of one period of several is summed apart, then
 			// converted point by point.
 			part := points
-			if ps.period != 0 {
+			if !ps.every {
 				part = make([][]int64, len(values))
 			}
 			err = sp.scan(ctx, tx, ps, sqlFilter(matched, len(cands)), "start, labels, total", []any{&start, &labels, &total}, func() error {
@@ -692,7 +697,7 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 			if err != nil {
 				return err
 			}
-			if ps.period != 0 {
+			if !ps.every {
 				for i, pts := range part {
 					for b, n := range pts {
 						points[i][b] += ps.convert(n)

@@ -28,12 +28,15 @@ type typedReader interface {
 // OTLP from a profiler at 20 Hz. Their samples add up as the CPU time they
 // stand for, as counts of the range's shortest period (samples at the
 // highest rate), read one period at a time; a range of one period is read
-// in one pass and keeps its counts as written.
+// in one pass and keeps its counts as written. A window of period 0 (a
+// received profile that counted samples without saying their period)
+// counts its samples as they are.
 
 // pass is the part of a query's range read at once.
 type pass struct {
-	// period is that of the windows read; 0 reads every window, each
-	// count as it is.
+	// every: the pass reads every window of the range, each count as it
+	// is; otherwise those of period only.
+	every  bool
 	period time.Duration
 	// unit is the period counts are converted to.
 	unit time.Duration
@@ -43,33 +46,35 @@ type pass struct {
 // have periods (shortest first).
 func passes(t profile.Kind, periods []time.Duration) []pass {
 	if t != profile.CPU || len(periods) < 2 {
-		return []pass{{}}
+		return []pass{{every: true}}
 	}
 	out := make([]pass, len(periods))
 	for i, p := range periods {
-		out[i] = pass{period: p, unit: periods[0]}
+		out[i] = pass{period: p, unit: unitOf(periods)}
 	}
 	return out
 }
 
 // convert returns n samples of the pass's period as samples of its unit,
-// rounded: at least n, for no period is shorter than the unit. A received
-// profile's period may be anything: the result stops at 2^53, far beyond
-// any real count, so that sums of them stay in range.
+// rounded: at least n, for no known period is shorter than the unit. A
+// received profile's period may be anything: the result stops at 2^53, far
+// beyond any real count, so that sums of them stay in range.
 func (p pass) convert(n int64) int64 {
-	if p.period == p.unit {
+	if p.every || p.period == p.unit || p.period == 0 {
 		return n
 	}
 	return int64(min(math.Round(float64(n)*float64(p.period)/float64(p.unit)), 1<<53))
 }
 
-// unitOf is the period a range's CPU counts are in: its shortest; 0 when
-// it has no CPU window.
+// unitOf is the period a range's CPU counts are in: its shortest known
+// one; 0 when it has none.
 func unitOf(periods []time.Duration) time.Duration {
-	if len(periods) == 0 {
-		return 0
+	for _, p := range periods {
+		if p > 0 {
+			return p
+		}
 	}
-	return periods[0]
+	return 0
 }
 
 // checkWriteKind refuses a window of a type the store does not keep.

@@ -123,8 +123,10 @@ func TestMixedPeriods(t *testing.T) {
 				{Stack: []*profile.Location{b}, Count: nb, Labels: api},
 			}}
 		}
-		// 100 ms of a, then 50 ms of a and 100 ms of b, then 30 ms of b.
-		write(t, s, window(0, fast, 10, 0), window(1, slow, 1, 2), window(2, fast, 0, 3))
+		// 100 ms of a, then 50 ms of a and 100 ms of b, then 30 ms of b,
+		// then two samples of a of no known period (received over OTLP
+		// without one).
+		write(t, s, window(0, fast, 10, 0), window(1, slow, 1, 2), window(2, fast, 0, 3), window(3, 0, 2, 0))
 		counts := func(p *profile.Profile) map[string]int64 {
 			out := map[string]int64{}
 			for _, smp := range p.Samples {
@@ -141,6 +143,7 @@ func TestMixedPeriods(t *testing.T) {
 			{"all", 0, 3, fast, map[string]int64{"a": 15, "b": 13}},
 			{"the slow window", 1, 2, slow, map[string]int64{"a": 1, "b": 2}},
 			{"from the slow window", 1, 3, fast, map[string]int64{"a": 5, "b": 13}},
+			{"a window of no known period too", 0, 4, fast, map[string]int64{"a": 17, "b": 13}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				q := Query{From: t0.Add(time.Duration(tt.from) * wlWindow), To: t0.Add(time.Duration(tt.to) * wlWindow)}
@@ -154,11 +157,11 @@ func TestMixedPeriods(t *testing.T) {
 				}
 			})
 		}
-		ss, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(3 * wlWindow)}, By: "comm", Step: wlWindow})
+		ss, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(4 * wlWindow)}, By: "comm", Step: wlWindow})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Series{{Value: "api", Points: []Point{{t0, 10}, {t0.Add(wlWindow), 15}, {t0.Add(2 * wlWindow), 3}}}}
+		want := []Series{{Value: "api", Points: []Point{{t0, 10}, {t0.Add(wlWindow), 15}, {t0.Add(2 * wlWindow), 3}, {t0.Add(3 * wlWindow), 2}}}}
 		if !reflect.DeepEqual(ss, want) {
 			t.Errorf("series %+v, want %+v", ss, want)
 		}
@@ -172,8 +175,9 @@ func TestPassConvert(t *testing.T) {
 		n    int64
 		want int64
 	}{
-		{pass{}, 7, 7},
+		{pass{every: true}, 7, 7},
 		{pass{period: fast, unit: fast}, 7, 7},
+		{pass{period: 0, unit: fast}, 7, 7},                // no known period: as it is
 		{pass{period: time.Second / 19, unit: fast}, 1, 5}, // 5.21
 		{pass{period: time.Second / 19, unit: fast}, 19, 99},
 		{pass{period: math.MaxInt64, unit: time.Nanosecond}, 1 << 40, 1 << 53},
@@ -182,7 +186,11 @@ func TestPassConvert(t *testing.T) {
 			t.Errorf("%+v: %d samples converted to %d, want %d", tt.ps, tt.n, got, tt.want)
 		}
 	}
-	if got := passes(profile.OffCPU, []time.Duration{fast, time.Second / 19}); len(got) != 1 || got[0].period != 0 {
+	if got := passes(profile.OffCPU, []time.Duration{fast, time.Second / 19}); len(got) != 1 || !got[0].every {
 		t.Errorf("off-CPU passes %+v, want one over every window", got)
+	}
+	got := passes(profile.CPU, []time.Duration{0, fast, time.Second / 19})
+	if len(got) != 3 || got[0].every || got[0].period != 0 || got[1].unit != fast {
+		t.Errorf("passes %+v, want one a period, in counts of %s", got, fast)
 	}
 }
