@@ -172,7 +172,7 @@ func spinRows(t *testing.T, bin string) ([]unwind.Row, func(uint64) bool) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rows, _, err := unwind.Parse(f)
+	rows, _, err := unwind.Parse(f, 0)
 	if err != nil || len(rows) == 0 {
 		t.Fatalf("unwind rows of %s: %d, %v", bin, len(rows), err)
 	}

@@ -67,8 +67,9 @@ var (
 )
 
 const (
-	// maxRows bounds the rows of one file, 128 MiB of them, and its
-	// FDEs (192 MiB). libLLVM 19, 6 MB of .eh_frame, has 1.2 million rows.
+	// maxRows bounds the rows of one file, 128 MiB of them, when Parse
+	// has no smaller limit, and its FDEs (192 MiB). libLLVM 19, 6 MB of
+	// .eh_frame, has 1.2 million rows.
 	maxRows = 8 << 20
 	// maxSection bounds the bytes read for one section, also the
 	// decompressed size of a compressed .debug_frame.
@@ -96,10 +97,12 @@ const (
 //
 // An FDE that cannot be read is dropped and counted in Stats.Invalid. Parse
 // fails when a section cannot be read or its entries cannot be delimited
-// (a length past the section's end), or when the file has more than 8 Mi
-// rows; it returns ErrNotSupported for files other than x86-64 ELF64 and
-// ErrNoCFI for files with neither section.
-func Parse(f *elf.File) ([]Row, Stats, error) {
+// (a length past the section's end), or with ErrTooManyRows when the file
+// has more than limit rows (8 Mi when limit is not positive or larger),
+// as soon as it has: a table larger than the walker's whole memory is never read into
+// the agent's. It returns ErrNotSupported for files other than x86-64
+// ELF64 and ErrNoCFI for files with neither section.
+func Parse(f *elf.File, limit int) ([]Row, Stats, error) {
 	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB || f.Machine != elf.EM_X86_64 {
 		return nil, Stats{}, fmt.Errorf("%v %v %v: %w", f.Machine, f.Class, f.Data, ErrNotSupported)
 	}
@@ -128,7 +131,10 @@ func Parse(f *elf.File) ([]Row, Stats, error) {
 	if s := f.Section(".got"); s != nil {
 		got = s.Addr
 	}
-	return parse(secs, text, got)
+	if limit <= 0 || limit > maxRows {
+		limit = maxRows
+	}
+	return parse(secs, text, got, limit)
 }
 
 // frameSection is the contents of .eh_frame or .debug_frame.
@@ -141,10 +147,10 @@ type frameSection struct {
 }
 
 // parse turns the sections, .eh_frame first and each at most maxSection
-// bytes, into rows. text and got are the addresses textrel and datarel
-// pointers are relative to.
-func parse(secs []frameSection, text, got uint64) ([]Row, Stats, error) {
-	p := parser{secs: secs, text: text, got: got, cieAt: make(map[int]uint32)}
+// bytes, into at most limit rows. text and got are the addresses textrel
+// and datarel pointers are relative to.
+func parse(secs []frameSection, text, got uint64, limit int) ([]Row, Stats, error) {
+	p := parser{secs: secs, text: text, got: got, cieAt: make(map[int]uint32), limit: limit}
 	n := 0
 	for i := range secs {
 		secs[i].base = uint32(n)
@@ -175,6 +181,7 @@ type parser struct {
 	cieAt map[int]uint32 // section offset -> index in cies, for the section being read
 	fdes  []fde
 	rows  []Row
+	limit int // of rows
 	stats Stats
 
 	stack [maxDepth]state // DW_CFA_remember_state, here to run without allocating
@@ -535,7 +542,7 @@ func (p *parser) buildRows() error {
 	for _, f := range p.fdes {
 		n += int(f.insEnd-f.insOff) / 3
 	}
-	p.rows = make([]Row, 0, min(n, maxRows))
+	p.rows = make([]Row, 0, min(n, p.limit))
 	var end uint64
 	for i := range p.fdes {
 		f := &p.fdes[i]
@@ -563,8 +570,8 @@ func (p *parser) buildRows() error {
 	return nil
 }
 
-// ErrTooManyRows reports a file with more rows than the walker searches.
-var ErrTooManyRows = fmt.Errorf("more than %d rows", maxRows)
+// ErrTooManyRows reports a file with more rows than Parse's limit.
+var ErrTooManyRows = errors.New("more rows than the unwind tables hold")
 
 // note keeps the first CIE or FDE dropped, and why, in Stats.FirstInvalid.
 func (p *parser) note(format string, args ...any) {
@@ -874,7 +881,7 @@ func (p *parser) add(pc uint64, r Row) bool {
 			return true
 		}
 	}
-	if len(p.rows) == maxRows {
+	if len(p.rows) == p.limit {
 		return false
 	}
 	r.PC = pc

@@ -438,7 +438,7 @@ func parseBytes(eh, debug []byte) ([]Row, Stats, error) {
 	if debug != nil {
 		secs = append(secs, frameSection{name: ".debug_frame", data: debug, debug: true})
 	}
-	return parse(secs, textAddr, gotAddr)
+	return parse(secs, textAddr, gotAddr, maxRows)
 }
 
 // checkRows checks what Parse guarantees of any input.
@@ -507,10 +507,30 @@ func TestParseErrors(t *testing.T) {
 		{"no sections", &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64}}, ErrNoCFI},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := Parse(tc.f); !errors.Is(err, tc.want) {
+			if _, _, err := Parse(tc.f, 0); !errors.Is(err, tc.want) {
 				t.Errorf("error %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseLimit parses glibc with a limit of its rows and of one fewer:
+// the first gives the same rows as no limit, the second ErrTooManyRows.
+func TestParseLimit(t *testing.T) {
+	f, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	all, _, err := Parse(f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, _, err := Parse(f, len(all)); err != nil || !slices.Equal(rows, all) {
+		t.Errorf("limit %d: %d rows, %v; want the same rows", len(all), len(rows), err)
+	}
+	if rows, _, err := Parse(f, len(all)-1); !errors.Is(err, ErrTooManyRows) || rows != nil {
+		t.Errorf("limit %d: %d rows, %v; want ErrTooManyRows", len(all)-1, len(rows), err)
 	}
 }
 
@@ -685,7 +705,7 @@ func compareReadelf(t *testing.T, path string) refCounts {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rows, st, err := Parse(f)
+	rows, st, err := Parse(f, 0)
 	if err != nil {
 		t.Fatalf("Parse(%s): %v", path, err)
 	}
@@ -912,7 +932,7 @@ func BenchmarkParse(b *testing.B) {
 			start, _ := fixture.CPU(os.Getpid()) // wall time means little on a shared machine
 			n := 0
 			for b.Loop() {
-				if _, st, err = Parse(f); err != nil {
+				if _, st, err = Parse(f, 0); err != nil {
 					b.Fatal(err)
 				}
 				n++

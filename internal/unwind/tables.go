@@ -536,7 +536,7 @@ func (t *Tables) parse(f io.ReaderAt) ([]Row, symbol.Layout, error) {
 	if symbol.IsGo(ef) {
 		return nil, layout, fmt.Errorf("a Go program: %w", ErrNoCFI)
 	}
-	rows, st, err := Parse(ef)
+	rows, st, err := Parse(ef, t.opts.Rows)
 	t.mu.Lock()
 	t.stats.Built++
 	t.stats.BuildTime += time.Since(start)
