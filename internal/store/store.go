@@ -32,11 +32,13 @@ type Reader interface {
 	// Profile merges the samples of type q.Type of windows starting in
 	// [q.From, q.To) whose labels match q.Selector. Sample labels keep only
 	// the labels named in q.KeepLabels (nil: all). The profile's Kind is
-	// q.Type; its Period is the CPU sampling period most windows had for
-	// CPU, 1 ns (counts are nanoseconds) for off-CPU and wall.
+	// q.Type; its Period is the shortest CPU sampling period of the
+	// range's windows for CPU (the counts of windows sampled less often
+	// converted to it), 1 ns (counts are nanoseconds) for off-CPU and wall.
 	Profile(ctx context.Context, q Query) (*profile.Profile, error)
 	// Series sums the counts of type q.Type per q.Step per value of the
-	// label q.By: samples for CPU, nanoseconds for off-CPU and wall.
+	// label q.By: samples for CPU, in the period Profile's would have,
+	// nanoseconds for off-CPU and wall.
 	Series(ctx context.Context, q SeriesQuery) ([]Series, error)
 	// LabelNames lists the label names seen in [from, to).
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
