@@ -7,6 +7,7 @@
 #
 #	sudo bench/agent-bigfile.sh ./flint
 #	sudo LIB=/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1 bench/agent-bigfile.sh ./flint
+#	sudo FLAGS='--unwind-memory 0' bench/agent-bigfile.sh ./flint   # more agent flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (($# == 1)) || { echo "usage: agent-bigfile.sh FLINT_BIN" >&2; exit 2; }
@@ -26,7 +27,9 @@ cleanup() {
 }
 trap cleanup EXIT
 port=17090
-"$flint" agent --data-dir "$d" --listen 127.0.0.1:$port --doctor-every 0 2>"$d/log" & agent=$!
+# FLAGS is split into words on purpose.
+# shellcheck disable=SC2086
+"$flint" agent --data-dir "$d" --listen 127.0.0.1:$port --doctor-every 0 ${FLAGS:-} 2>"$d/log" & agent=$!
 for _ in $(seq 100); do curl -sf 127.0.0.1:$port/healthz >/dev/null && break; sleep 0.1; done
 sleep 3
 echo "$(du -h "$lib" | cut -f1) $lib"

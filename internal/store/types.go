@@ -49,8 +49,9 @@ func passes(t profile.Kind, periods []time.Duration) []pass {
 		return []pass{{every: true}}
 	}
 	out := make([]pass, len(periods))
+	unit := unitOf(periods)
 	for i, p := range periods {
-		out[i] = pass{period: p, unit: unitOf(periods)}
+		out[i] = pass{period: p, unit: unit}
 	}
 	return out
 }
