@@ -374,7 +374,7 @@ func parseSeries(args []string) (*SeriesConfig, error) {
 	fs.Var(durationFlag{&c.Step}, "step", "one row per `duration` (default: about 300 rows, at least 10s)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "show the `n` busiest values; the rest are summed as (other)")
 	fs.BoolVar(&c.JSON, "json", false, "print the API's JSON instead of a table")
-	if err := parseFlags(fs, args, "Usage: flint series [--since 1h] [--selector SEL] [--by comm] [--step 10s] [--json]\n\nPrints samples per second over time, one column per value of a label."); err != nil {
+	if err := parseFlags(fs, args, "Usage: flint series [--since 1h] [--selector SEL] [--by comm] [--step 10s] [--json]\n\nPrints CPU use over time as top's %CPU (100 is one CPU), one column per value of a label."); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -411,9 +411,10 @@ func series(args []string, stdout io.Writer) error {
 	return writeSeriesTable(stdout, resp)
 }
 
-// writeSeriesTable prints one row per step and one column per series, in
-// samples per second; times are local, with the date only when the range
-// spans more than one day.
+// writeSeriesTable prints one row per step and one column per series, as
+// top's %CPU (100 is one CPU) or, when the response does not say what a
+// sample stands for, in samples per second; times are local, with the
+// date only when the range spans more than one day.
 func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
 	if len(resp.Series) == 0 {
 		_, err := fmt.Fprintf(w, "no samples from %s to %s\n", resp.From.Local().Format(time.DateTime), resp.To.Local().Format(time.DateTime))
@@ -423,7 +424,11 @@ func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
 	if resp.From.Local().YearDay() != resp.To.Add(-time.Nanosecond).Local().YearDay() || resp.To.Sub(resp.From) >= 24*time.Hour {
 		layout = time.DateTime
 	}
-	fmt.Fprintf(w, "samples/s by %s, step %s\n", resp.By, time.Duration(resp.Step*float64(time.Second)))
+	unit, scale := "samples/s", 1.0
+	if resp.Period > 0 {
+		unit, scale = "%CPU", 100*resp.Period
+	}
+	fmt.Fprintf(w, "%s by %s, step %s\n", unit, resp.By, time.Duration(resp.Step*float64(time.Second)))
 	// Row 0 is the header; column 0 the time, left-aligned; rates right.
 	rows := make([][]string, len(resp.Series[0].Points)+1)
 	rows[0] = []string{"time"}
@@ -441,7 +446,7 @@ func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
 		sec := resp.Series[0].Points[i][0]
 		rows[i+1] = []string{time.Unix(0, int64(sec*1e9)).Local().Format(layout)}
 		for _, s := range resp.Series {
-			rows[i+1] = append(rows[i+1], strconv.FormatFloat(s.Points[i][1], 'f', 1, 64))
+			rows[i+1] = append(rows[i+1], strconv.FormatFloat(s.Points[i][1]*scale, 'f', 1, 64))
 		}
 	}
 	widths := make([]int, len(rows[0]))

@@ -198,18 +198,19 @@ func (m *memStore) Profile(_ context.Context, q store.Query) (*profile.Profile, 
 	return p, nil
 }
 
-func (m *memStore) Series(_ context.Context, q store.SeriesQuery) ([]store.Series, error) {
+func (m *memStore) Series(_ context.Context, q store.SeriesQuery) (store.SeriesSet, error) {
 	index := map[string]int{}
-	var out []store.Series
+	var out store.SeriesSet
 	m.each(q.Query, func(w *profile.Profile, s *profile.Sample) {
+		out.Period = w.Period
 		v := s.Labels[q.By]
 		i, ok := index[v]
 		if !ok {
-			i = len(out)
+			i = len(out.Series)
 			index[v] = i
-			out = append(out, store.Series{Value: v})
+			out.Series = append(out.Series, store.Series{Value: v})
 		}
-		out[i].Points = append(out[i].Points, store.Point{Time: w.Start, Samples: s.Count})
+		out.Series[i].Points = append(out.Series[i].Points, store.Point{Time: w.Start, Samples: s.Count})
 	})
 	return out, nil
 }
@@ -364,7 +365,7 @@ func TestSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if lines[0] != "samples/s by comm, step 10s" || strings.Join(strings.Fields(lines[1]), " ") != "time api worker" {
+	if lines[0] != "%CPU by comm, step 10s" || strings.Join(strings.Fields(lines[1]), " ") != "time api worker" {
 		t.Fatalf("table head:\n%s", stdout)
 	}
 	if len(lines) < 60 || len(lines) > 63 {
@@ -395,8 +396,32 @@ func TestSeries(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &resp); err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Series) != 2 || resp.Series[0].Value != "4242" || !resp.Series[1].Other || resp.By != "pid" {
+	if len(resp.Series) != 2 || resp.Series[0].Value != "4242" || !resp.Series[1].Other || resp.By != "pid" || resp.Period != 0.01 {
 		t.Errorf("series %+v", resp)
+	}
+}
+
+// TestSeriesTableUnits: a rate reads as %CPU by the period a sample stands
+// for, and as samples per second when the response does not say.
+func TestSeriesTableUnits(t *testing.T) {
+	resp := server.SeriesResponse{Step: 10, By: "comm", Series: []server.Series{{Value: "api", Points: [][2]float64{{1e9, 99}}}}}
+	for _, tc := range []struct {
+		period     float64
+		head, rate string
+	}{
+		{1.0 / 99, "%CPU by comm", "100.0"},
+		{1.0 / 19, "%CPU by comm", "521.1"},
+		{0, "samples/s by comm", "99.0"},
+	} {
+		resp.Period = tc.period
+		var b strings.Builder
+		if err := writeSeriesTable(&b, &resp); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(b.String(), "\n")
+		if !strings.HasPrefix(lines[0], tc.head+", step 10s") || len(lines) < 3 || !strings.HasSuffix(lines[2], " "+tc.rate) {
+			t.Errorf("period %g: got\n%s\nwant %q and a rate of %s", tc.period, b.String(), tc.head, tc.rate)
+		}
 	}
 }
 

@@ -109,10 +109,10 @@ func (r *remoteStore) Profile(ctx context.Context, q store.Query) (*profile.Prof
 }
 
 // Series answers from the store once open.
-func (r *remoteStore) Series(ctx context.Context, q store.SeriesQuery) ([]store.Series, error) {
+func (r *remoteStore) Series(ctx context.Context, q store.SeriesQuery) (store.SeriesSet, error) {
 	c, err := r.open()
 	if err != nil {
-		return nil, err
+		return store.SeriesSet{}, err
 	}
 	return c.Series(ctx, q)
 }

@@ -130,15 +130,15 @@ func TestRemoteStoreThroughSpool(t *testing.T) {
 	if got := logs.count("reachable again"); got != 2 {
 		t.Errorf("%d recovery lines, want 2: %q", got, logs.lines)
 	}
-	series, err := remote.Series(context.Background(), store.SeriesQuery{Query: q, By: profile.LabelComm, Step: 10 * time.Second})
+	set, err := remote.Series(context.Background(), store.SeriesQuery{Query: q, By: profile.LabelComm, Step: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(series) != 1 {
-		t.Fatalf("series %+v, want one of comm fixture", series)
+	if len(set.Series) != 1 {
+		t.Fatalf("series %+v, want one of comm fixture", set)
 	}
 	got := map[int64]int64{}
-	for _, p := range series[0].Points {
+	for _, p := range set.Series[0].Points {
 		if p.Samples > 0 {
 			got[int64(p.Time.Sub(start)/(10*time.Second))] = p.Samples
 		}

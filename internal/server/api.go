@@ -233,6 +233,11 @@ type SeriesResponse struct {
 	To   time.Time `json:"to"`
 	Step float64   `json:"step"` // seconds
 	By   string    `json:"by"`
+	// Period is the seconds one sample stands for (one nanosecond for
+	// off-CPU and wall), so that a rate times Period is CPUs (threads for
+	// off-CPU and wall); 0 when the range holds no CPU window of known
+	// sampling period.
+	Period float64 `json:"period,omitempty"`
 	// Series are sorted by their samples in the range, most first.
 	Series []Series `json:"series"`
 }
@@ -281,10 +286,11 @@ func (s *server) handleSeries(w http.ResponseWriter, r *http.Request) error {
 
 // rates turns the store's sample counts into dense rates per step, keeping
 // the limit largest series and summing the rest.
-func rates(res []store.Series, req *seriesRequest) (*SeriesResponse, error) {
+func rates(set store.SeriesSet, req *seriesRequest) (*SeriesResponse, error) {
 	q := req.query
 	n := int(q.To.Sub(q.From) / q.Step)
-	resp := &SeriesResponse{From: q.From, To: q.To, Step: q.Step.Seconds(), By: q.By, Series: []Series{}}
+	resp := &SeriesResponse{From: q.From, To: q.To, Step: q.Step.Seconds(), By: q.By, Period: set.Period.Seconds(), Series: []Series{}}
+	res := set.Series
 
 	type ranked struct {
 		s     *store.Series

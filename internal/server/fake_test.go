@@ -107,29 +107,30 @@ func (f *fakeStore) Profile(ctx context.Context, q store.Query) (*profile.Profil
 // Series buckets windows by their start as time.Truncate does, aligned to
 // zero time rather than the Unix epoch: the server must cope with any
 // alignment.
-func (f *fakeStore) Series(ctx context.Context, q store.SeriesQuery) ([]store.Series, error) {
+func (f *fakeStore) Series(ctx context.Context, q store.SeriesQuery) (store.SeriesSet, error) {
 	if err := f.begin(ctx, q.Query); err != nil {
-		return nil, err
+		return store.SeriesSet{}, err
 	}
 	if q.Step <= 0 {
-		return nil, fmt.Errorf("%w: step %s", store.ErrBadQuery, q.Step)
+		return store.SeriesSet{}, fmt.Errorf("%w: step %s", store.ErrBadQuery, q.Step)
 	}
+	var out store.SeriesSet
 	counts := map[string]map[time.Time]int64{}
 	f.matching(q.Query, func(w *profile.Profile, s *profile.Sample) {
+		out.Period = w.Period
 		v := s.Labels[q.By]
 		if counts[v] == nil {
 			counts[v] = map[time.Time]int64{}
 		}
 		counts[v][w.Start.Truncate(q.Step)] += s.Count
 	})
-	var out []store.Series
 	for v, byTime := range counts {
 		s := store.Series{Value: v}
 		for t, n := range byTime {
 			s.Points = append(s.Points, store.Point{Time: t, Samples: n})
 		}
 		sort.Slice(s.Points, func(i, j int) bool { return s.Points[i].Time.Before(s.Points[j].Time) })
-		out = append(out, s)
+		out.Series = append(out.Series, s)
 	}
 	return out, nil
 }

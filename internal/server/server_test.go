@@ -169,7 +169,7 @@ func TestHandlers(t *testing.T) {
 
 		{target: "/api/v1/series?from=now-1h&to=now-58m&step=10s", ctype: "application/json", check: func(t *testing.T, w *httptest.ResponseRecorder) {
 			s := decode[SeriesResponse](t, w)
-			if s.Step != 10 || s.By != "comm" || !s.From.Equal(t0) || !s.To.Equal(t0.Add(2*time.Minute)) || len(s.Series) != 2 {
+			if s.Step != 10 || s.By != "comm" || s.Period != 0.01 || !s.From.Equal(t0) || !s.To.Equal(t0.Add(2*time.Minute)) || len(s.Series) != 2 {
 				t.Fatalf("series %+v", s)
 			}
 			api := s.Series[0]

@@ -68,8 +68,8 @@ func TestSQLiteProfileTypes(t *testing.T) {
 	}
 	w := get(h, http.MethodGet, "/api/v1/series?from=now-1h&to=now-58m&step=1m&type=off-cpu", nil)
 	s := decode[SeriesResponse](t, w)
-	if len(s.Series) != 1 || s.Series[0].Samples != 5e9 || s.Series[0].Points[0][1] != 5e9/60 {
-		t.Errorf("off-CPU series %+v, want 5 s of api in the first minute", s)
+	if len(s.Series) != 1 || s.Series[0].Samples != 5e9 || s.Series[0].Points[0][1] != 5e9/60 || s.Period != 1e-9 {
+		t.Errorf("off-CPU series %+v, want 5 s of api in the first minute, in nanoseconds", s)
 	}
 }
 

@@ -339,11 +339,11 @@ func BenchmarkSeries24h(b *testing.B) {
 			var n int
 			cpu := cpuTime()
 			for b.Loop() {
-				ss, err := s.Series(context.Background(), q)
+				set, err := s.Series(context.Background(), q)
 				if err != nil {
 					b.Fatal(err)
 				}
-				n = len(ss)
+				n = len(set.Series)
 			}
 			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(n), "series")

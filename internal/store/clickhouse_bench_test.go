@@ -348,16 +348,16 @@ func BenchmarkClickHouseFleet(b *testing.B) {
 	})
 	b.Run("series-1h", func(b *testing.B) {
 		for b.Loop() {
-			ss, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: 10 * time.Second})
-			if err != nil || len(ss) == 0 {
+			set, err := s.Series(ctx, SeriesQuery{Query: hour, By: "comm", Step: 10 * time.Second})
+			if err != nil || len(set.Series) == 0 {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("service-series-1h", func(b *testing.B) {
 		for b.Loop() {
-			ss, err := s.Series(ctx, SeriesQuery{Query: service, By: "pod", Step: 10 * time.Second})
-			if err != nil || len(ss) == 0 {
+			set, err := s.Series(ctx, SeriesQuery{Query: service, By: "pod", Step: 10 * time.Second})
+			if err != nil || len(set.Series) == 0 {
 				b.Fatal(err)
 			}
 		}

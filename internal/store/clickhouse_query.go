@@ -279,28 +279,30 @@ func chPeriod(ps pass, from, to time.Time) string {
 }
 
 // Series counts samples per step per value of q.By, as SQLite.Series does.
-func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
+func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) (SeriesSet, error) {
 	buckets, err := checkSeries(c.opts, q)
 	if err != nil {
-		return nil, err
+		return SeriesSet{}, err
 	}
 	if q.Type == profile.Wall {
 		return wallSeries(ctx, c, q)
 	}
 	cond, err := chCondition(q.Selector)
 	if err != nil {
-		return nil, err
+		return SeriesSet{}, err
 	}
 	from := q.From.UnixNano()
 	limit := ""
 	if c.opts.MaxSeriesPoints > 0 {
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
 	}
+	out := SeriesSet{Period: time.Nanosecond}
 	var periods []time.Duration
 	if q.Type == profile.CPU {
 		if periods, err = c.cpuPeriods(ctx, q.From, q.To); err != nil {
-			return nil, fmt.Errorf("query series: %w", err)
+			return SeriesSet{}, fmt.Errorf("query series: %w", err)
 		}
+		out.Period = unitOf(periods)
 	}
 	index := map[string]int{}
 	var values []string
@@ -334,12 +336,13 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) ([]Series, error
 		})
 		if err != nil {
 			if errors.Is(err, ErrTooLarge) {
-				return nil, err
+				return SeriesSet{}, err
 			}
-			return nil, fmt.Errorf("query series: %w", err)
+			return SeriesSet{}, fmt.Errorf("query series: %w", err)
 		}
 	}
-	return rankSeries(values, points, q.From, q.Step), nil
+	out.Series = rankSeries(values, points, q.From, q.Step)
+	return out, nil
 }
 
 // LabelNames lists, sorted, the names of labels with a non-empty value on

@@ -313,12 +313,12 @@ func TestClickHouseResend(t *testing.T) {
 	if diff := compare(canonical(got.Samples), canonical(filter([]*profile.Profile{w0, w1}, nil, nil))); diff != "" {
 		t.Errorf("after resending the totals: %s", diff)
 	}
-	series, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Hour)}, By: "comm", Step: time.Hour})
+	set, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Hour)}, By: "comm", Step: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total int64
-	for _, sr := range series {
+	for _, sr := range set.Series {
 		total += sr.Points[0].Samples
 	}
 	if want := w0.Total() + w1.Total(); total != want {

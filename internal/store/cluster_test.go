@@ -90,9 +90,9 @@ func TestClickHouseShards(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(values, nodes) {
 		t.Errorf("nodes %q, %v; want %q", values, err, nodes)
 	}
-	series, err := s.Series(ctx, SeriesQuery{Query: all, By: profile.LabelNode, Step: time.Hour})
-	if err != nil || len(series) != 2 || series[0].Points[0].Samples+series[1].Points[0].Samples != int64(11*wlSamples) {
-		t.Errorf("series %+v, %v; want two adding up to %d", series, err, 11*wlSamples)
+	set, err := s.Series(ctx, SeriesQuery{Query: all, By: profile.LabelNode, Step: time.Hour})
+	if err != nil || set.Period != wlPeriod || len(set.Series) != 2 || set.Series[0].Points[0].Samples+set.Series[1].Points[0].Samples != int64(11*wlSamples) {
+		t.Errorf("series %+v, %v; want two adding up to %d samples of %s", set, err, 11*wlSamples, wlPeriod)
 	}
 	fs, err := s.Findings(ctx, all)
 	if err != nil || len(fs) != 7 {

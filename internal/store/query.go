@@ -362,18 +362,6 @@ func keep(l map[string]string, names []string) map[string]string {
 	return out
 }
 
-// cpuPeriods lists the distinct periods of the CPU windows starting in
-// [from, to), shortest first.
-func (s *SQLite) cpuPeriods(ctx context.Context, from, to time.Time) ([]time.Duration, error) {
-	var sp span
-	err := s.inSnapshot(ctx, func(tx *sql.Tx) error {
-		var err error
-		sp, err = readSpan(ctx, tx, profile.CPU, from.UnixNano(), to.UnixNano())
-		return err
-	})
-	return sp.periods, err
-}
-
 // readCache holds decoded dictionary rows for queries. Rows never change
 // and ids are never reused (AUTOINCREMENT), so entries never go stale; a
 // map that outgrows its bound is dropped whole. Queries build fresh
@@ -618,16 +606,16 @@ func queryIn(ctx context.Context, tx *sql.Tx, query string, ids []int64, f func(
 // [From + i·Step, From + (i+1)·Step) and every series has a point for every
 // bucket, zeros included. Series are sorted by total samples, largest
 // first, then by value.
-func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
+func (s *SQLite) Series(ctx context.Context, q SeriesQuery) (SeriesSet, error) {
 	buckets, err := checkSeries(s.opts, q)
 	if err != nil {
-		return nil, err
+		return SeriesSet{}, err
 	}
 	if q.Type == profile.Wall {
 		return wallSeries(ctx, s, q)
 	}
 	limit := int64(s.opts.MaxSeriesPoints)
-	var out []Series
+	out := SeriesSet{Period: time.Nanosecond}
 	err = s.inSnapshot(ctx, func(tx *sql.Tx) error {
 		from, to := q.From.UnixNano(), q.To.UnixNano()
 		cands, err := s.candidates(ctx, tx, from, to)
@@ -653,12 +641,15 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 			series[c.id] = i
 			matched = append(matched, c.id)
 		}
-		if len(matched) == 0 {
-			return nil
-		}
 		sp, err := readSpan(ctx, tx, q.Type, from, to)
 		if err != nil {
 			return err
+		}
+		if q.Type == profile.CPU {
+			out.Period = unitOf(sp.periods)
+		}
+		if len(matched) == 0 {
+			return nil
 		}
 		// Points are allocated per series on its first sample, so the
 		// limit counts series that have samples, not every candidate.
@@ -705,11 +696,11 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) ([]Series, error) {
 				}
 			}
 		}
-		out = rankSeries(values, points, q.From, q.Step)
+		out.Series = rankSeries(values, points, q.From, q.Step)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("query series: %w", err)
+		return SeriesSet{}, fmt.Errorf("query series: %w", err)
 	}
 	return out, nil
 }

@@ -261,21 +261,21 @@ func TestSeries(t *testing.T) {
 		tests := []struct {
 			name string
 			q    SeriesQuery
-			want []Series
+			want SeriesSet // its Period wlPeriod but for a range with no window
 		}{
-			{"by comm, 30 s", SeriesQuery{Query: Query{From: t0, To: t0.Add(2 * time.Minute)}, By: "comm", Step: 30 * time.Second}, []Series{
+			{"by comm, 30 s", SeriesQuery{Query: Query{From: t0, To: t0.Add(2 * time.Minute)}, By: "comm", Step: 30 * time.Second}, SeriesSet{wlPeriod, []Series{
 				{Value: "", Points: pts(30*time.Second, t0, 300, 300, 300, 300)},
 				{Value: "a", Points: pts(30*time.Second, t0, 1+2+3, 4+5+6, 7+8+9, 10+11+12)},
 				{Value: "b", Points: pts(30*time.Second, t0, 2, 2, 2, 2)},
-			}},
-			{"selector, partial last step", SeriesQuery{Query: Query{From: t0.Add(10 * time.Second), To: t0.Add(75 * time.Second), Selector: mustParse(t, `{comm=~"a|b"}`)}, By: "comm", Step: 20 * time.Second}, []Series{
+			}}},
+			{"selector, partial last step", SeriesQuery{Query: Query{From: t0.Add(10 * time.Second), To: t0.Add(75 * time.Second), Selector: mustParse(t, `{comm=~"a|b"}`)}, By: "comm", Step: 20 * time.Second}, SeriesSet{wlPeriod, []Series{
 				{Value: "a", Points: pts(20*time.Second, t0.Add(10*time.Second), 2+3, 4+5, 6+7, 8)},
 				{Value: "b", Points: pts(20*time.Second, t0.Add(10*time.Second), 2, 1, 1, 1)},
-			}},
-			{"no by", SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Minute)}, Step: time.Minute}, []Series{
+			}}},
+			{"no by", SeriesQuery{Query: Query{From: t0, To: t0.Add(time.Minute)}, Step: time.Minute}, SeriesSet{wlPeriod, []Series{
 				{Value: "", Points: pts(time.Minute, t0, 21+4+600)},
-			}},
-			{"nothing in range", SeriesQuery{Query: Query{From: t0.Add(-time.Hour), To: t0}, By: "comm", Step: time.Minute}, nil},
+			}}},
+			{"nothing in range", SeriesQuery{Query: Query{From: t0.Add(-time.Hour), To: t0}, By: "comm", Step: time.Minute}, SeriesSet{}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

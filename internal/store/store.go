@@ -39,7 +39,7 @@ type Reader interface {
 	// Series sums the counts of type q.Type per q.Step per value of the
 	// label q.By: samples for CPU, in the period Profile's would have,
 	// nanoseconds for off-CPU and wall.
-	Series(ctx context.Context, q SeriesQuery) ([]Series, error)
+	Series(ctx context.Context, q SeriesQuery) (SeriesSet, error)
 	// LabelNames lists the label names seen in [from, to).
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
 	// LabelValues lists the values of one label seen in [from, to).
@@ -79,6 +79,15 @@ type SeriesQuery struct {
 	Query
 	By   string        // label to group by, e.g. "comm"
 	Step time.Duration // bucket width
+}
+
+// SeriesSet is the answer to a series query.
+type SeriesSet struct {
+	// Period is the time one count stands for: the CPU sampling period
+	// the counts are in (0 when no CPU window of the range with a known
+	// period matched), 1 ns for off-CPU and wall.
+	Period time.Duration
+	Series []Series
 }
 
 // Series is one label value's samples over time.

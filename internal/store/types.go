@@ -13,16 +13,6 @@ import (
 // each window of one type; wall time is computed from both when asked for,
 // here, once for every backend.
 
-// typedReader is a backend: it answers queries of one stored type and
-// tells the CPU sampling periods of a range, which convert CPU samples to
-// time.
-type typedReader interface {
-	Reader
-	// cpuPeriods lists the distinct periods of the CPU windows starting in
-	// [from, to), shortest first.
-	cpuPeriods(ctx context.Context, from, to time.Time) ([]time.Duration, error)
-}
-
 // A range's CPU windows may have been sampled at different rates: a
 // fleet's agents with other --frequency values, profiles received over
 // OTLP from a profiler at 20 Hz. Their samples add up as the CPU time they
@@ -97,7 +87,7 @@ func checkQueryType(t profile.Kind) error {
 // wallProfile is the CPU profile of q, each count converted to its
 // period's nanoseconds, and the off-CPU profile of q in one: where
 // threads spent their time, running or not.
-func wallProfile(ctx context.Context, r typedReader, q Query) (*profile.Profile, error) {
+func wallProfile(ctx context.Context, r Reader, q Query) (*profile.Profile, error) {
 	q.Type = profile.CPU
 	cpu, err := r.Profile(ctx, q)
 	if err != nil {
@@ -119,25 +109,18 @@ func wallProfile(ctx context.Context, r typedReader, q Query) (*profile.Profile,
 
 // wallSeries is the CPU series of q converted to nanoseconds by the
 // period its counts are in, plus the off-CPU series.
-func wallSeries(ctx context.Context, r typedReader, q SeriesQuery) ([]Series, error) {
-	periods, err := r.cpuPeriods(ctx, q.From, q.To)
-	if err != nil {
-		return nil, fmt.Errorf("query series: %w", err)
-	}
-	period := unitOf(periods)
+func wallSeries(ctx context.Context, r Reader, q SeriesQuery) (SeriesSet, error) {
 	index := map[string]int{}
 	var values []string
 	var points [][]int64
-	for _, part := range []struct {
-		t     profile.Kind
-		scale int64
-	}{{profile.CPU, int64(period)}, {profile.OffCPU, 1}} {
-		q.Type = part.t
-		ss, err := r.Series(ctx, q)
+	for _, t := range []profile.Kind{profile.CPU, profile.OffCPU} {
+		q.Type = t
+		set, err := r.Series(ctx, q)
 		if err != nil {
-			return nil, err
+			return SeriesSet{}, err
 		}
-		for _, s := range ss {
+		scale := int64(set.Period)
+		for _, s := range set.Series {
 			i, ok := index[s.Value]
 			if !ok {
 				i = len(values)
@@ -146,9 +129,9 @@ func wallSeries(ctx context.Context, r typedReader, q SeriesQuery) ([]Series, er
 				points = append(points, make([]int64, len(s.Points)))
 			}
 			for b, pt := range s.Points {
-				points[i][b] += pt.Samples * part.scale
+				points[i][b] += pt.Samples * scale
 			}
 		}
 	}
-	return rankSeries(values, points, q.From, q.Step), nil
+	return SeriesSet{Period: time.Nanosecond, Series: rankSeries(values, points, q.From, q.Step)}, nil
 }

@@ -65,12 +65,15 @@ func TestProfileTypes(t *testing.T) {
 				t.Errorf("type %d: no stack ending in %s", tt.typ, leaf)
 			}
 
-			ss, err := s.Series(ctx, SeriesQuery{Query: q, By: "comm", Step: time.Minute})
+			set, err := s.Series(ctx, SeriesQuery{Query: q, By: "comm", Step: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
+			if set.Period != tt.period {
+				t.Errorf("type %d: series period %s, want %s", tt.typ, set.Period, tt.period)
+			}
 			var sum int64
-			for _, s := range ss {
+			for _, s := range set.Series {
 				for _, pt := range s.Points {
 					sum += pt.Samples
 				}
@@ -151,19 +154,23 @@ func TestMixedPeriods(t *testing.T) {
 				if got := counts(p); p.Period != tt.period || !maps.Equal(got, tt.want) {
 					t.Errorf("%v of %s, want %v of %s", got, p.Period, tt.want, tt.period)
 				}
+				set, err := s.Series(ctx, SeriesQuery{Query: q, Step: q.To.Sub(q.From)})
+				if err != nil || set.Period != tt.period || len(set.Series) != 1 || set.Series[0].Points[0].Samples != tt.want["a"]+tt.want["b"] {
+					t.Errorf("series %+v, %v; want %d samples of %s", set, err, tt.want["a"]+tt.want["b"], tt.period)
+				}
 				q.Type = profile.Wall
 				if got, want := query(t, s, q).Total(), (tt.want["a"]+tt.want["b"])*int64(tt.period); got != want {
 					t.Errorf("wall time %d ns, want %d", got, want)
 				}
 			})
 		}
-		ss, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(4 * wlWindow)}, By: "comm", Step: wlWindow})
+		set, err := s.Series(ctx, SeriesQuery{Query: Query{From: t0, To: t0.Add(4 * wlWindow)}, By: "comm", Step: wlWindow})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Series{{Value: "api", Points: []Point{{t0, 10}, {t0.Add(wlWindow), 15}, {t0.Add(2 * wlWindow), 3}, {t0.Add(3 * wlWindow), 2}}}}
-		if !reflect.DeepEqual(ss, want) {
-			t.Errorf("series %+v, want %+v", ss, want)
+		want := SeriesSet{Period: fast, Series: []Series{{Value: "api", Points: []Point{{t0, 10}, {t0.Add(wlWindow), 15}, {t0.Add(2 * wlWindow), 3}, {t0.Add(3 * wlWindow), 2}}}}}
+		if !reflect.DeepEqual(set, want) {
+			t.Errorf("series %+v, want %+v", set, want)
 		}
 	})
 }

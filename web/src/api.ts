@@ -80,5 +80,7 @@ export interface SeriesResponse {
   to: string;
   step: number;
   by: string;
+  /** Seconds one sample stands for (1e-9 for time); absent when unknown. */
+  period?: number;
   series: Array<{ value: string; other?: boolean; samples: number; points: Array<[number, number]> }>;
 }

@@ -55,11 +55,20 @@ export function amount(n: number, unit: Unit): string {
   return unit === 'ns' ? nanos(n) : count(n) + ' samples';
 }
 
-/** perSecond formats a rate of counts a second: samples (12.3/s), or
- * nanoseconds as the threads they kept running or waiting, on average
- * (2.35 threads). */
-export function perSecond(v: number, unit: Unit): string {
-  return unit === 'ns' ? rate(v / 1e9) + ' threads' : rate(v) + '/s';
+/** rateScale turns a rate of counts a second into what it stands for:
+ * nanoseconds into the threads they kept running or waiting, on average;
+ * samples into the CPUs they kept busy, given the seconds one sample
+ * stands for (period; 0 when unknown: samples a second as they are). */
+export function rateScale(unit: Unit, period: number): number {
+  if (unit === 'ns') return 1e-9;
+  return period > 0 ? period : 1;
+}
+
+/** perSecond formats a rate of counts a second as rateScale reads it:
+ * 2.35 threads, 1.20 CPUs, or 12.3/s. */
+export function perSecond(v: number, unit: Unit, period = 0): string {
+  const noun = unit === 'ns' ? ' threads' : period > 0 ? ' CPUs' : '/s';
+  return rate(v * rateScale(unit, period)) + noun;
 }
 
 /** bytes formats a size in binary units: 12.3 MiB. */

@@ -226,7 +226,7 @@ function addFilter(m: S.Matcher): void {
 const typeWords: Record<S.ProfileType, string> = { cpu: 'samples', 'off-cpu': 'time off the CPU', wall: 'time on or off the CPU' };
 /** timelineWords say what the timeline plots for a profile type. */
 const timelineWords: Record<S.ProfileType, string> = {
-  cpu: 'CPU samples per second',
+  cpu: 'CPUs used',
   'off-cpu': 'Threads off the CPU',
   wall: 'Threads on or off the CPU',
 };

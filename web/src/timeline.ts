@@ -1,4 +1,4 @@
-// Samples per second over time, stacked by one label's values, on a
+// CPUs (or threads) over time, stacked by one label's values, on a
 // canvas. Dragging selects a range; a click clears it.
 
 import type { SeriesResponse } from './api';
@@ -146,7 +146,9 @@ export class Timeline {
     const data = this.data;
     if (!data || width === 0) return;
     const plotH = HEIGHT - PAD.top - PAD.bottom;
-    const max = niceMax(this.max || 1);
+    // The axis is nice in what it shows (CPUs, threads), not in counts.
+    const scale = fmt.rateScale(this.unit, data.period ?? 0);
+    const max = niceMax(this.max * scale || 1) / scale;
     const yAt = (v: number) => PAD.top + plotH - (v / max) * plotH;
 
     // Grid and axes.
@@ -163,7 +165,7 @@ export class Timeline {
       ctx.moveTo(PAD.left, y);
       ctx.lineTo(width - PAD.right, y);
       ctx.stroke();
-      ctx.fillText(fmt.rate(this.unit === 'ns' ? v / 1e9 : v), PAD.left - 6, y);
+      ctx.fillText(fmt.rate(v * scale), PAD.left - 6, y);
     }
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
@@ -239,10 +241,10 @@ export class Timeline {
     const total = rows.reduce((a, r) => a + r.v, 0);
     const e2 = fmt.escapeHTML;
     let html = `<div class="tt-name">${fmt.dateTime(at)} + ${fmt.duration(data.step)}</div><table>`;
-    html += `<tr><td>all</td><td>${fmt.perSecond(total, this.unit)}</td></tr>`;
+    html += `<tr><td>all</td><td>${fmt.perSecond(total, this.unit, data.period)}</td></tr>`;
     for (const r of rows.slice(0, 8)) {
       const name = r.s.other ? 'other' : r.s.value === '' ? '(no ' + e2(data.by) + ')' : e2(r.s.value);
-      html += `<tr><td><span class="swatch" data-color="${r.i}"></span>${name}</td><td>${fmt.perSecond(r.v, this.unit)}</td></tr>`;
+      html += `<tr><td><span class="swatch" data-color="${r.i}"></span>${name}</td><td>${fmt.perSecond(r.v, this.unit, data.period)}</td></tr>`;
     }
     if (rows.length > 8) html += `<tr><td class="tt-dim">and ${rows.length - 8} more</td><td></td></tr>`;
     html += '</table><div class="tt-dim">drag to select a range</div>';

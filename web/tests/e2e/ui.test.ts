@@ -93,11 +93,17 @@ describe.skipIf(why !== '')('flint web UI', () => {
     await expect.poll(() => page.locator('#health').textContent()).toMatch(/cpu \d.*bpf \d.*rss [\d.]+ MiB.*windows \d+ written · 0 dropped/);
     await shot(page, '01-load');
 
-    // Drag over the batch job's spike, 35 to 25 minutes ago.
     const now = Date.now() / 1000;
     const x = (t: number) => page.evaluate((tt) => (window as unknown as { flint: { timelineX(t: number): number } }).flint.timelineX(tt), t);
     const box = (await page.locator('#timeline canvas').boundingBox())!;
     const y = box.y + box.height / 2;
+    // The timeline reads in CPUs: the fixture's api samples 20 times a
+    // second at 99 Hz, db 12 times.
+    await page.mouse.move(await x(now - 45 * 60), y);
+    await expect.poll(() => page.locator('#tooltip').textContent()).toMatch(/api0\.20 CPUs.*db0\.12 CPUs/);
+    await page.mouse.move(box.x + box.width / 2, box.y - 20);
+
+    // Drag over the batch job's spike, 35 to 25 minutes ago.
     await page.mouse.move(await x(now - 34 * 60), y);
     await page.mouse.down();
     await page.mouse.move(await x(now - 30 * 60), y, { steps: 4 });
@@ -267,7 +273,7 @@ describe.skipIf(why !== '')('flint web UI', () => {
     await idle(page);
     expect((await state(page)).get('type')).toBeNull();
     expect(await summary.textContent()).toMatch(/: [\d,]+ samples$/);
-    expect(await page.locator('#timeline-what').textContent()).toBe('CPU samples per second');
+    expect(await page.locator('#timeline-what').textContent()).toBe('CPUs used');
     expect(errors).toEqual([]);
     await page.close();
   });

@@ -22,7 +22,10 @@ test('counts read as samples or as time', () => {
   expect(value(5e6, 'ns')).toBe('5 ms');
 });
 
-test('rates: samples a second, or time a second as threads', () => {
+test('rates: samples a second as CPUs, or as they are; time a second as threads', () => {
   expect(perSecond(12.345, '')).toBe('12.3/s');
+  expect(perSecond(99, '', 1 / 99)).toBe('1.00 CPUs');
+  expect(perSecond(19 * 12, '', 1 / 19)).toBe('12.0 CPUs');
   expect(perSecond(2.5e9, 'ns')).toBe('2.50 threads');
+  expect(perSecond(2.5e9, 'ns', 1e-9)).toBe('2.50 threads');
 });
