@@ -35,6 +35,9 @@ type APIConfig struct {
 	Since    string // a duration; sets From to now minus it
 	From, To string // times as the API reads them; empty: the API's default
 	Selector string
+	// Type is the profile type asked for: CPU time, time off the CPU, or
+	// both (wall); the commands that take --type (typeFlag) set it.
+	Type profile.Kind
 }
 
 // Validate checks the config and folds Since into From; an empty Token
@@ -83,6 +86,9 @@ func (c *APIConfig) values() url.Values {
 			q.Set(name, v)
 		}
 	}
+	if c.Type != profile.CPU {
+		q.Set("type", c.Type.String())
+	}
 	return q
 }
 
@@ -118,9 +124,6 @@ type QueryConfig struct {
 	BaseFrom, BaseTo string
 	BaseSelector     string
 	Normalize        bool
-	// Type is the profile type asked for: CPU time, time off the CPU, or
-	// both (wall).
-	Type profile.Kind
 }
 
 // Validate checks the config and fills the format from the output name.
@@ -172,7 +175,7 @@ func parseQuery(args []string) (*QueryConfig, error) {
 	fs.StringVar(&c.BaseTo, "base-to", "", "end `time` of the base range (implies --diff)")
 	fs.StringVar(&c.BaseSelector, "base-selector", "", "the base's `selector` (default --selector; implies --diff)")
 	fs.BoolVar(&c.Normalize, "normalize", false, "scale the base to the same total first (implies --diff)")
-	fs.Var(kindFlag{&c.Type}, "type", "profile `type`: cpu, off-cpu (where threads waited, stored by flint agent --off-cpu) or wall (both)")
+	typeFlag(fs, &c.APIConfig)
 	if err := parseFlags(fs, args, "Usage: flint query [--since 15m | --from T --to T] [--selector SEL] [--type cpu|off-cpu|wall] [-o out.svg] [--diff]\n\nFetches the merged profile of a time range from a flint agent and writes a flame graph,\npprof, folded stacks or a JSON tree; with --diff, what changed against a base range."); err != nil {
 		return nil, err
 	}
@@ -201,9 +204,6 @@ func query(args []string, stdout, stderr io.Writer) error {
 
 	path, q := "/api/v1/profile", c.values()
 	q.Set("format", string(c.Format))
-	if c.Type != profile.CPU {
-		q.Set("type", c.Type.String())
-	}
 	if c.Diff {
 		path = "/api/v1/diff"
 		for name, v := range map[string]string{"base_from": c.BaseFrom, "base_to": c.BaseTo, "base_selector": c.BaseSelector} {
@@ -235,6 +235,11 @@ func query(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "flint: %s written to %s (%s, %d bytes)\n", what, c.Output, c.Format, n)
 	}
 	return nil
+}
+
+// typeFlag registers --type, the profile type a command asks for.
+func typeFlag(fs *flag.FlagSet, c *APIConfig) {
+	fs.Var(kindFlag{&c.Type}, "type", "profile `type`: cpu, off-cpu (where threads waited, stored by flint agent --off-cpu) or wall (both)")
 }
 
 // kindFlag is a profile type flag: cpu, off-cpu or wall.
@@ -286,7 +291,8 @@ func parseTop(args []string) (*TopConfig, error) {
 	apiFlags(fs, &c.APIConfig)
 	fs.IntVar(&c.N, "n", c.N, "show this many `functions` (0: all)")
 	fs.BoolVar(&c.Cum, "cum", false, "sort by cumulative samples (the function and its callees)")
-	if err := parseFlags(fs, args, "Usage: flint top [--since 15m] [--selector SEL] [-n 20] [--cum]\n\nLists the functions that took the most CPU in a time range, as go tool pprof -top does."); err != nil {
+	typeFlag(fs, &c.APIConfig)
+	if err := parseFlags(fs, args, "Usage: flint top [--since 15m] [--selector SEL] [--type cpu|off-cpu|wall] [-n 20] [--cum]\n\nLists the functions that took the most CPU (or time off it) in a time range, as go tool pprof -top does."); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -320,16 +326,41 @@ func top(args []string, stdout io.Writer) error {
 	for _, r := range shown {
 		flat += r.Flat
 	}
-	fmt.Fprintf(stdout, "Showing %d of %d functions, %d of %d samples (%s)\n",
-		len(shown), len(rows), flat, total, strings.TrimSpace(percent(flat, total)))
+	// Counts read as samples, or as time (nanoseconds) as go tool pprof
+	// prints it.
+	amount, what := func(n int64) string { return strconv.FormatInt(n, 10) }, " samples"
+	if tree.Unit == "ns" {
+		amount, what = nanos, ""
+	}
+	fmt.Fprintf(stdout, "Showing %d of %d functions, %s of %s%s (%s)\n",
+		len(shown), len(rows), amount(flat), amount(total), what, strings.TrimSpace(percent(flat, total)))
 	// go tool pprof -top's columns.
 	fmt.Fprintf(stdout, "%10s %5s%% %4s%% %10s %5s%%\n", "flat", "flat", "sum", "cum", "cum")
 	var sum int64
 	for _, r := range shown {
 		sum += r.Flat
-		fmt.Fprintf(stdout, "%10d %s %s %10d %s  %s\n", r.Flat, percent(r.Flat, total), percent(sum, total), r.Cum, percent(r.Cum, total), r.Name)
+		fmt.Fprintf(stdout, "%10s %s %s %10s %s  %s\n", amount(r.Flat), percent(r.Flat, total), percent(sum, total), amount(r.Cum), percent(r.Cum, total), r.Name)
 	}
 	return nil
+}
+
+// nanos formats a time in nanoseconds as go tool pprof does: in the
+// largest unit that keeps it at 1 or more, to two decimals, trailing zeros
+// dropped (850ns, 12.35ms, 4.5s).
+func nanos(ns int64) string {
+	v, unit := float64(ns), "ns"
+	for _, u := range []struct {
+		scale float64
+		name  string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}} {
+		if math.Abs(v) >= u.scale {
+			v, unit = v/u.scale, u.name
+			break
+		}
+	}
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + unit
 }
 
 // percent formats a share as go tool pprof does, six characters wide.
@@ -374,7 +405,8 @@ func parseSeries(args []string) (*SeriesConfig, error) {
 	fs.Var(durationFlag{&c.Step}, "step", "one row per `duration` (default: about 300 rows, at least 10s)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "show the `n` busiest values; the rest are summed as (other)")
 	fs.BoolVar(&c.JSON, "json", false, "print the API's JSON instead of a table")
-	if err := parseFlags(fs, args, "Usage: flint series [--since 1h] [--selector SEL] [--by comm] [--step 10s] [--json]\n\nPrints CPU use over time as top's %CPU (100 is one CPU), one column per value of a label."); err != nil {
+	typeFlag(fs, &c.APIConfig)
+	if err := parseFlags(fs, args, "Usage: flint series [--since 1h] [--selector SEL] [--type cpu|off-cpu|wall] [--by comm] [--step 10s] [--json]\n\nPrints CPU use over time as top's %CPU (100 is one CPU), or with --type off-cpu or wall\nthe threads waiting (or either), one column per value of a label."); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -408,14 +440,15 @@ func series(args []string, stdout io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	return writeSeriesTable(stdout, resp)
+	return writeSeriesTable(stdout, resp, c.Type)
 }
 
-// writeSeriesTable prints one row per step and one column per series, as
-// top's %CPU (100 is one CPU) or, when the response does not say what a
-// sample stands for, in samples per second; times are local, with the
-// date only when the range spans more than one day.
-func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
+// writeSeriesTable prints one row per step and one column per series of
+// a response of type t: CPU as top's %CPU (100 is one CPU) or, when the
+// response does not say what a sample stands for, in samples per second;
+// off-CPU and wall time (nanoseconds a second) as threads. Times are
+// local, with the date only when the range spans more than one day.
+func writeSeriesTable(w io.Writer, resp *server.SeriesResponse, t profile.Kind) error {
 	if len(resp.Series) == 0 {
 		_, err := fmt.Fprintf(w, "no samples from %s to %s\n", resp.From.Local().Format(time.DateTime), resp.To.Local().Format(time.DateTime))
 		return err
@@ -424,8 +457,13 @@ func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
 	if resp.From.Local().YearDay() != resp.To.Add(-time.Nanosecond).Local().YearDay() || resp.To.Sub(resp.From) >= 24*time.Hour {
 		layout = time.DateTime
 	}
-	unit, scale := "samples/s", 1.0
-	if resp.Period > 0 {
+	unit, scale, digits := "samples/s", 1.0, 1
+	switch {
+	case t == profile.OffCPU:
+		unit, scale, digits = "threads off the CPU", 1e-9, 2
+	case t == profile.Wall:
+		unit, scale, digits = "threads on or off the CPU", 1e-9, 2
+	case resp.Period > 0:
 		unit, scale = "%CPU", 100*resp.Period
 	}
 	fmt.Fprintf(w, "%s by %s, step %s\n", unit, resp.By, time.Duration(resp.Step*float64(time.Second)))
@@ -446,7 +484,7 @@ func writeSeriesTable(w io.Writer, resp *server.SeriesResponse) error {
 		sec := resp.Series[0].Points[i][0]
 		rows[i+1] = []string{time.Unix(0, int64(sec*1e9)).Local().Format(layout)}
 		for _, s := range resp.Series {
-			rows[i+1] = append(rows[i+1], strconv.FormatFloat(s.Points[i][1]*scale, 'f', 1, 64))
+			rows[i+1] = append(rows[i+1], strconv.FormatFloat(s.Points[i][1]*scale, 'f', digits, 64))
 		}
 	}
 	widths := make([]int, len(rows[0]))

@@ -62,6 +62,9 @@ func TestParseQueryCommands(t *testing.T) {
 		{args: "query --token u", env: map[string]string{"FLINT_TOKEN": "t"}, check: func(c any) bool { return c.(*QueryConfig).Token == "u" }},
 		{args: "top", check: func(c any) bool { q := c.(*TopConfig); return q.N == 20 && !q.Cum }},
 		{args: "top -n 0 --cum --since 1d", check: func(c any) bool { q := c.(*TopConfig); return q.N == 0 && q.Cum && q.From == "now-1d" }},
+		{args: "top --type wall", check: func(c any) bool { return c.(*TopConfig).values().Get("type") == "wall" }},
+		{args: "series --type off-cpu", check: func(c any) bool { return c.(*SeriesConfig).values().Get("type") == "off-cpu" }},
+		{args: "series", check: func(c any) bool { return !c.(*SeriesConfig).values().Has("type") }},
 		{args: "series", check: func(c any) bool { q := c.(*SeriesConfig); return q.By == "comm" && q.Step == 0 && q.Limit == 10 }},
 		{args: "series --by pid --step 30 --json", check: func(c any) bool {
 			q := c.(*SeriesConfig)
@@ -323,7 +326,7 @@ func TestQuery(t *testing.T) {
 func TestTop(t *testing.T) {
 	url, _ := testAgent(t, "")
 	t.Setenv("FLINT_SERVER", url)
-	row := regexp.MustCompile(`^ {0,9}\d+ [ \d.]{5}% [ \d.]{5}% {1,10}\d+ [ \d.]{5}%  \S+$`)
+	row := regexp.MustCompile(`^ {0,9}[\d.]+(?:[num]?s)? [ \d.]{5}% [ \d.]{5}% {1,10}[\d.]+(?:[num]?s)? [ \d.]{5}%  \S+$`)
 	for _, tc := range []struct {
 		args     []string
 		wantHead string
@@ -332,6 +335,7 @@ func TestTop(t *testing.T) {
 		{[]string{"top"}, "Showing 4 of 4 functions, 390 of 390 samples (100%)", "150 38.46% 38.46% 150 38.46% main.work"},
 		{[]string{"top", "-n", "1", "--cum"}, "Showing 1 of 4 functions, 0 of 390 samples (0%)", "0 0% 0% 390 100% main.main"},
 		{[]string{"top", "--selector", `{comm="worker"}`, "-n", "2"}, "Showing 2 of 2 functions, 120 of 120 samples (100%)", "120 100% 100% 120 100% worker.loop"},
+		{[]string{"top", "--type", "off-cpu"}, "Showing 2 of 2 functions, 3s of 3s (100%)", "3s 100% 100% 3s 100% main.idle"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			stdout, _, err := runCmd(t, tc.args...)
@@ -399,28 +403,50 @@ func TestSeries(t *testing.T) {
 	if len(resp.Series) != 2 || resp.Series[0].Value != "4242" || !resp.Series[1].Other || resp.By != "pid" || resp.Period != 0.01 {
 		t.Errorf("series %+v", resp)
 	}
+
+	// The off-CPU window: api waited 3 s in 10.
+	stdout, _, err = runCmd(t, "series", "--type", "off-cpu", "--since", "10m", "--step", "10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if lines[0] != "threads off the CPU by comm, step 10s" || strings.Join(strings.Fields(lines[1]), " ") != "time api" || !strings.Contains(stdout, " 0.30\n") {
+		t.Errorf("off-CPU table:\n%s", stdout)
+	}
 }
 
-// TestSeriesTableUnits: a rate reads as %CPU by the period a sample stands
-// for, and as samples per second when the response does not say.
+// TestSeriesTableUnits: a CPU rate reads as %CPU by the period a sample
+// stands for, and as samples per second when the response does not say;
+// time a second reads as threads.
 func TestSeriesTableUnits(t *testing.T) {
-	resp := server.SeriesResponse{Step: 10, By: "comm", Series: []server.Series{{Value: "api", Points: [][2]float64{{1e9, 99}}}}}
 	for _, tc := range []struct {
+		t          profile.Kind
 		period     float64
-		head, rate string
+		rate       float64
+		head, want string
 	}{
-		{1.0 / 99, "%CPU by comm", "100.0"},
-		{1.0 / 19, "%CPU by comm", "521.1"},
-		{0, "samples/s by comm", "99.0"},
+		{profile.CPU, 1.0 / 99, 99, "%CPU by comm", "100.0"},
+		{profile.CPU, 1.0 / 19, 99, "%CPU by comm", "521.1"},
+		{profile.CPU, 0, 99, "samples/s by comm", "99.0"},
+		{profile.OffCPU, 1e-9, 2.5e9, "threads off the CPU by comm", "2.50"},
+		{profile.Wall, 1e-9, 1.25e9, "threads on or off the CPU by comm", "1.25"},
 	} {
-		resp.Period = tc.period
+		resp := server.SeriesResponse{Step: 10, By: "comm", Period: tc.period, Series: []server.Series{{Value: "api", Points: [][2]float64{{1e9, tc.rate}}}}}
 		var b strings.Builder
-		if err := writeSeriesTable(&b, &resp); err != nil {
+		if err := writeSeriesTable(&b, &resp, tc.t); err != nil {
 			t.Fatal(err)
 		}
 		lines := strings.Split(b.String(), "\n")
-		if !strings.HasPrefix(lines[0], tc.head+", step 10s") || len(lines) < 3 || !strings.HasSuffix(lines[2], " "+tc.rate) {
-			t.Errorf("period %g: got\n%s\nwant %q and a rate of %s", tc.period, b.String(), tc.head, tc.rate)
+		if !strings.HasPrefix(lines[0], tc.head+", step 10s") || len(lines) < 3 || !strings.HasSuffix(lines[2], " "+tc.want) {
+			t.Errorf("%s, period %g: got\n%s\nwant %q and %s", tc.t, tc.period, b.String(), tc.head, tc.want)
+		}
+	}
+}
+
+func TestNanos(t *testing.T) {
+	for ns, want := range map[int64]string{0: "0ns", 850: "850ns", 12_345: "12.35us", 1_500_000: "1.5ms", 4_560_000_000: "4.56s", 3600e9: "3600s", -2e6: "-2ms"} {
+		if got := nanos(ns); got != want {
+			t.Errorf("nanos(%d) = %q, want %q", ns, got, want)
 		}
 	}
 }
