@@ -153,7 +153,7 @@ func Begin(o ExamOptions) (*Examination, error) {
 		e.tracer, err = StartTracer(TracerOptions{PID: o.PID, Every: o.EverySyscall, Symbolizer: o.Symbolizer})
 	}
 	if err != nil {
-		e.probes.finish()
+		e.probes.stop()
 		return nil, err
 	}
 	e.traceLocks()
@@ -207,7 +207,7 @@ func (e *Examination) endLocks(d *Data) {
 // loaded); safe to call twice.
 func (e *Examination) Close() error {
 	if e.probes != nil {
-		e.probes.finish()
+		e.probes.stop()
 		e.probes = nil
 	}
 	for _, lt := range e.locks {
@@ -249,7 +249,7 @@ func (e *Examination) End(prof *profile.Profile, notes []string) ([]Finding, *Da
 	}
 	d.Syscalls = sc
 	var probeNotes []string
-	d.Probes, probeNotes = e.probes.finish()
+	d.Probes, probeNotes = e.probes.finish(d.Duration)
 	e.probes = nil
 	d.Notes = append(d.Notes, probeNotes...)
 
