@@ -167,14 +167,13 @@ func (c *ClickHouse) profile(ctx context.Context, q Query) (*profile.Profile, er
 	if err != nil {
 		return nil, fmt.Errorf("read label sets: %w", err)
 	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
 	var periods []time.Duration
 	if q.Type == profile.CPU {
 		if periods, err = c.cpuPeriods(ctx, q.From, q.To); err != nil {
 			return nil, err
 		}
-		p.Period = unitOf(periods)
 	}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: countPeriod(q.Type, periods)}
 	type row struct {
 		stack, group uint64
 	}
@@ -296,14 +295,13 @@ func (c *ClickHouse) Series(ctx context.Context, q SeriesQuery) (SeriesSet, erro
 	if c.opts.MaxSeriesPoints > 0 {
 		limit = " LIMIT " + strconv.Itoa(c.opts.MaxSeriesPoints+1)
 	}
-	out := SeriesSet{Period: time.Nanosecond}
 	var periods []time.Duration
 	if q.Type == profile.CPU {
 		if periods, err = c.cpuPeriods(ctx, q.From, q.To); err != nil {
 			return SeriesSet{}, fmt.Errorf("query series: %w", err)
 		}
-		out.Period = unitOf(periods)
 	}
+	out := SeriesSet{Period: countPeriod(q.Type, periods)}
 	index := map[string]int{}
 	var values []string
 	var points [][]int64

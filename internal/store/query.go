@@ -271,10 +271,7 @@ func (s *SQLite) profile(ctx context.Context, tx *sql.Tx, q Query) (*profile.Pro
 	if err != nil {
 		return nil, err
 	}
-	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: time.Nanosecond}
-	if q.Type == profile.CPU {
-		p.Period = unitOf(sp.periods)
-	}
+	p := &profile.Profile{Start: q.From, Duration: q.To.Sub(q.From), Kind: q.Type, Period: countPeriod(q.Type, sp.periods)}
 	if len(matched) == 0 {
 		return p, nil
 	}
@@ -615,7 +612,7 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) (SeriesSet, error) {
 		return wallSeries(ctx, s, q)
 	}
 	limit := int64(s.opts.MaxSeriesPoints)
-	out := SeriesSet{Period: time.Nanosecond}
+	var out SeriesSet
 	err = s.inSnapshot(ctx, func(tx *sql.Tx) error {
 		from, to := q.From.UnixNano(), q.To.UnixNano()
 		cands, err := s.candidates(ctx, tx, from, to)
@@ -645,9 +642,7 @@ func (s *SQLite) Series(ctx context.Context, q SeriesQuery) (SeriesSet, error) {
 		if err != nil {
 			return err
 		}
-		if q.Type == profile.CPU {
-			out.Period = unitOf(sp.periods)
-		}
+		out.Period = countPeriod(q.Type, sp.periods)
 		if len(matched) == 0 {
 			return nil
 		}

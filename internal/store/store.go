@@ -38,7 +38,7 @@ type Reader interface {
 	Profile(ctx context.Context, q Query) (*profile.Profile, error)
 	// Series sums the counts of type q.Type per q.Step per value of the
 	// label q.By: samples for CPU, in the period Profile's would have,
-	// nanoseconds for off-CPU and wall.
+	// nanoseconds for off-CPU and wall; the answer's Period says which.
 	Series(ctx context.Context, q SeriesQuery) (SeriesSet, error)
 	// LabelNames lists the label names seen in [from, to).
 	LabelNames(ctx context.Context, from, to time.Time) ([]string, error)
@@ -83,9 +83,9 @@ type SeriesQuery struct {
 
 // SeriesSet is the answer to a series query.
 type SeriesSet struct {
-	// Period is the time one count stands for: the CPU sampling period
-	// the counts are in (0 when no CPU window of the range with a known
-	// period matched), 1 ns for off-CPU and wall.
+	// Period is the time one count stands for: for CPU the shortest
+	// sampling period of the range's CPU windows, as Profile's (0 when the
+	// range has none of known period), 1 ns for off-CPU and wall.
 	Period time.Duration
 	Series []Series
 }

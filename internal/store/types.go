@@ -68,6 +68,16 @@ func unitOf(periods []time.Duration) time.Duration {
 	return 0
 }
 
+// countPeriod is what one count of a query of type t stands for: for CPU
+// the range's unit (unitOf its CPU windows' periods), for off-CPU and wall
+// 1 ns.
+func countPeriod(t profile.Kind, periods []time.Duration) time.Duration {
+	if t != profile.CPU {
+		return time.Nanosecond
+	}
+	return unitOf(periods)
+}
+
 // checkWriteKind refuses a window of a type the store does not keep.
 func checkWriteKind(p *profile.Profile) error {
 	if p.Kind != profile.CPU && p.Kind != profile.OffCPU {
