@@ -326,11 +326,11 @@ func top(args []string, stdout io.Writer) error {
 	for _, r := range shown {
 		flat += r.Flat
 	}
-	// Counts read as samples, or as time (nanoseconds) as go tool pprof
+	// Counts read as samples, or as time (nanoseconds) as flint trace
 	// prints it.
 	amount, what := func(n int64) string { return strconv.FormatInt(n, 10) }, " samples"
 	if tree.Unit == "ns" {
-		amount, what = nanos, ""
+		amount, what = func(n int64) string { return fmtNs(float64(n)) }, ""
 	}
 	fmt.Fprintf(stdout, "Showing %d of %d functions, %s of %s%s (%s)\n",
 		len(shown), len(rows), amount(flat), amount(total), what, strings.TrimSpace(percent(flat, total)))
@@ -342,25 +342,6 @@ func top(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%10s %s %s %10s %s  %s\n", amount(r.Flat), percent(r.Flat, total), percent(sum, total), amount(r.Cum), percent(r.Cum, total), r.Name)
 	}
 	return nil
-}
-
-// nanos formats a time in nanoseconds as go tool pprof does: in the
-// largest unit that keeps it at 1 or more, to two decimals, trailing zeros
-// dropped (850ns, 12.35ms, 4.5s).
-func nanos(ns int64) string {
-	v, unit := float64(ns), "ns"
-	for _, u := range []struct {
-		scale float64
-		name  string
-	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}} {
-		if math.Abs(v) >= u.scale {
-			v, unit = v/u.scale, u.name
-			break
-		}
-	}
-	s := strconv.FormatFloat(v, 'f', 2, 64)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	return s + unit
 }
 
 // percent formats a share as go tool pprof does, six characters wide.

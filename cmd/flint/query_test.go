@@ -335,7 +335,7 @@ func TestTop(t *testing.T) {
 		{[]string{"top"}, "Showing 4 of 4 functions, 390 of 390 samples (100%)", "150 38.46% 38.46% 150 38.46% main.work"},
 		{[]string{"top", "-n", "1", "--cum"}, "Showing 1 of 4 functions, 0 of 390 samples (0%)", "0 0% 0% 390 100% main.main"},
 		{[]string{"top", "--selector", `{comm="worker"}`, "-n", "2"}, "Showing 2 of 2 functions, 120 of 120 samples (100%)", "120 100% 100% 120 100% worker.loop"},
-		{[]string{"top", "--type", "off-cpu"}, "Showing 2 of 2 functions, 3s of 3s (100%)", "3s 100% 100% 3s 100% main.idle"},
+		{[]string{"top", "--type", "off-cpu"}, "Showing 2 of 2 functions, 3.00s of 3.00s (100%)", "3.00s 100% 100% 3.00s 100% main.idle"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			stdout, _, err := runCmd(t, tc.args...)
@@ -415,6 +415,16 @@ func TestSeries(t *testing.T) {
 	}
 }
 
+// TestFmtNs: times in nanoseconds, as flint trace and flint top print
+// them, with three significant digits.
+func TestFmtNs(t *testing.T) {
+	for ns, want := range map[float64]string{0: "0ns", 850: "850ns", 12_345: "12.3us", 1_500_000: "1.50ms", 4_560_000_000: "4.56s", 3600e9: "3600s"} {
+		if got := fmtNs(ns); got != want {
+			t.Errorf("fmtNs(%g) = %q, want %q", ns, got, want)
+		}
+	}
+}
+
 // TestSeriesTableUnits: a CPU rate reads as %CPU by the period a sample
 // stands for, and as samples per second when the response does not say;
 // time a second reads as threads.
@@ -439,14 +449,6 @@ func TestSeriesTableUnits(t *testing.T) {
 		lines := strings.Split(b.String(), "\n")
 		if !strings.HasPrefix(lines[0], tc.head+", step 10s") || len(lines) < 3 || !strings.HasSuffix(lines[2], " "+tc.want) {
 			t.Errorf("%s, period %g: got\n%s\nwant %q and %s", tc.t, tc.period, b.String(), tc.head, tc.want)
-		}
-	}
-}
-
-func TestNanos(t *testing.T) {
-	for ns, want := range map[int64]string{0: "0ns", 850: "850ns", 12_345: "12.35us", 1_500_000: "1.5ms", 4_560_000_000: "4.56s", 3600e9: "3600s", -2e6: "-2ms"} {
-		if got := nanos(ns); got != want {
-			t.Errorf("nanos(%d) = %q, want %q", ns, got, want)
 		}
 	}
 }
