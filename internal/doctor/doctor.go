@@ -261,9 +261,10 @@ func DefaultThresholds() Thresholds {
 
 		UprobeHitCost: time.Microsecond,
 		// A probe on the cold function (100 hits/s): at most 0.0151 CPU
-		// measured (3.3x below), 0.00006 estimated, in 20 runs under load
-		// on the AMD EPYC VM of 2026-11-30; the bug 0.60 or more (12x
-		// above). At 1,000 hits/s the twin measured 0.042-0.050 there.
+		// measured in 20 runs under load and 0.0190 in 9 quiet ones (2.6x
+		// below), 0.00006 estimated, on the AMD EPYC VM of 2026-11-30;
+		// the bug 0.60 or more (12x above). At 1,000 hits/s the twin
+		// measured 0.042-0.050 there.
 		ProbeCost: 0.05,
 	}
 }

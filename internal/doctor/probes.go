@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -100,16 +99,13 @@ func (w *probeWatch) stop() {
 }
 
 // finish returns the probes and what they did since watchProbes, scaled to
-// a recording of d: the watch spans more, from before the tracer loads
-// (seconds on a loaded machine) to after it is read: its counts divided by
-// d made rates 1.7 to 1.8 times the real ones in the doctor's tests.
+// a recording of d: the watch spans more, from before the tracer loads to
+// after it is read, and its counts divided by d made rates 1.7 to 1.8
+// times the real ones in the doctor's tests.
 func (w *probeWatch) finish(d time.Duration) ([]Probe, []string) {
 	defer w.stop()
-	ratio := 1.0
-	if span := time.Since(w.at); d > 0 && span > d {
-		ratio = d.Seconds() / span.Seconds()
-	}
-	scale := func(n uint64) uint64 { return uint64(math.Round(float64(n) * ratio)) }
+	span := time.Since(w.at)
+	scale, scaleTime := toRecording[uint64](d, span), toRecording[time.Duration](d, span)
 	var out []Probe
 	var notes []string
 	if w.disabled != "" {
@@ -128,7 +124,7 @@ func (w *probeWatch) finish(d time.Duration) ([]Probe, []string) {
 				continue // detached meanwhile
 			}
 			p.Hits = scale(after.RunCount - before.RunCount)
-			p.RunTime = time.Duration(scale(uint64(after.Runtime - before.Runtime)))
+			p.RunTime = scaleTime(after.Runtime - before.Runtime)
 			out = append(out, *p)
 		}
 	}

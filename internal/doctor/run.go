@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -350,9 +351,7 @@ func finishProcess(p *Process, before usage, d time.Duration) {
 		return
 	}
 	if before.start == p.StartTime && after.at.After(before.at) {
-		scale := func(n time.Duration) time.Duration {
-			return time.Duration(float64(n) * d.Seconds() / after.at.Sub(before.at).Seconds())
-		}
+		scale := toRecording[time.Duration](d, after.at.Sub(before.at))
 		p.CPU = scale(after.cpu - before.cpu)
 		if before.ctxSwitches >= 0 && after.ctxSwitches >= 0 {
 			p.CtxSwitches = int64(scale(time.Duration(after.ctxSwitches - before.ctxSwitches)))
@@ -371,6 +370,17 @@ func finishProcess(p *Process, before usage, d time.Duration) {
 			l.Periods, l.Throttled = per-l.startPeriods, thr-l.startThrottled
 		}
 	}
+}
+
+// toRecording scales a count read over span to a recording of d: counters
+// are read around a recording, so their readings span more than it (by
+// seconds on a loaded machine, where loading the tracer takes them).
+func toRecording[T ~int64 | ~uint64](d, span time.Duration) func(T) T {
+	r := 1.0
+	if d > 0 && span > 0 {
+		r = d.Seconds() / span.Seconds()
+	}
+	return func(n T) T { return T(math.Round(float64(n) * r)) }
 }
 
 // SyscallOptions configure TraceSyscalls.
