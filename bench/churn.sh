@@ -3,9 +3,10 @@
 # agent-pair.sh, agent-minutes.sh, python-warm.sh); some read the
 # agent's metrics with its metric.
 #
-# Each new process is a real python3 run (a few imports, ~33 ms of CPU:
-# sampled about three times at 99 Hz, so the agent learns it) started CHURN times a
-# second whether the previous ones have finished or not. With
+# Each new process is a real python3 run (a few imports, 33-66 ms of CPU:
+# sampled three to six times at 99 Hz; by the agent's default, one tick
+# in ten of a process's first second, once or not at all) started CHURN
+# times a second whether the previous ones have finished or not. With
 # CHURN_WITH=brief it is testdata/fixtures/brief.c instead: 30 ms of CPU on
 # one shallow stack, the same every run, so the difference is what learning
 # a process costs apart from the stacks it brings. churn_phases runs

@@ -32,15 +32,15 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	return bpf_map_lookup_elem(map, key);
 }
 
-// add_one adds one to the __u64 at key in a hash map, inserting it; it
+// add_count adds n to the __u64 at key in a hash map, inserting it; it
 // returns false when the map is full.
-static __always_inline bool add_one(void *map, const void *key)
+static __always_inline bool add_count(void *map, const void *key, __u64 n)
 {
-	__u64 one = 0;
-	__u64 *n = lookup_or_init(map, key, &one);
-	if (!n)
+	__u64 zero = 0;
+	__u64 *v = lookup_or_init(map, key, &zero);
+	if (!v)
 		return false;
-	__sync_fetch_and_add(n, 1);
+	__sync_fetch_and_add(v, n);
 	return true;
 }
 

@@ -19,6 +19,16 @@ const volatile __u32 target_tgid = 0;	   // 0: every process
 const volatile bool kernel_stacks = true;  // false: --no-kernel
 const volatile bool use_ringbuf = false;   // false: in-kernel aggregation
 const volatile bool unwind_tables = false; // walk user stacks with unwind_rows
+const volatile __u32 young_sample = 1;	   // --young-sample N
+
+// A process is young for its first second: its samples are the dearest
+// (nothing of it is in the caches or known to user space yet, its stacks
+// are new to the store) and, for a short-lived process, most of what it
+// costs flint (docs/BENCHMARKS.md). Of a young process's ticks the
+// sampler takes one in young_sample, at random, and that sample counts
+// young_sample times: its counts stay unbiased, the cost falls as much.
+// Its Python code objects are copied as they are sampled (python_young).
+#define YOUNG_NS 1000000000ULL
 
 // Every distinct stack, keyed by its hash. The loader sizes max_entries from
 // the expected number of samples; a full map is counted in STAT_STACKS_FULL.
@@ -213,7 +223,7 @@ struct {
 	__uint(max_entries, 4096);
 } stale_procs SEC(".maps");
 
-// For samples of CPython processes younger than PY_YOUNG_NS: copies of the
+// For samples of young CPython processes (YOUNG_NS): copies of the
 // code objects they ran that the process has not sent before (struct
 // python_code). When a sample's copies hold all its code objects, nothing
 // need be read while its process lives: they wake no one, and user space
@@ -233,10 +243,8 @@ struct {
 	__uint(max_entries, PY_YOUNG_RING);
 } python_young SEC(".maps");
 
-#define PY_YOUNG_NS 1000000000ULL
-
 // Set when a sample read the Python frames of a CPython process past
-// PY_YOUNG_NS. Their code objects were not copied: user space reads them
+// YOUNG_NS. Their code objects were not copied: user space reads them
 // from the process, which must still live, and clears this as it drains.
 // It looks at it a second after each drain, drained_at (CLOCK_MONOTONIC):
 // the sample that sets it later than PY_ASK_AFTER_NS after a drain asks
@@ -373,7 +381,7 @@ extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __ksym __wea
 // An announcement waiting for its process to list its mappings.
 struct listing {
 	struct bpf_task_work work;
-	__u32 sample; // the sampler handed it its sample (sample_listed)
+	__u32 sample; // the weight of the sample the sampler handed it, 0: none (sample_listed)
 	__u32 pad;
 	struct listed_proc proc;
 };
@@ -617,7 +625,7 @@ static __always_inline bool fill_tables(struct listed_proc *l, __u32 *python_at)
 	return true;
 }
 
-__noinline int sample_listed(__u32 generation);
+__noinline int sample_listed(__u32 generation, __u32 weight);
 
 // list_proc lists the executable mappings of the current process, which
 // l announces, and sends the announcement. Not inlined: its frame is gone
@@ -691,7 +699,7 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 	if (known && known->generation == generation) {
 		list_proc(&listing->proc);
 		if (listing->sample)
-			sample_listed(generation);
+			sample_listed(generation, listing->sample);
 	}
 	bpf_map_delete_elem(map, key);
 	percpu_add(&stats, STAT_TASK_WORK_NS, bpf_ktime_get_ns() - start);
@@ -702,10 +710,11 @@ static int list_mappings(struct bpf_map *map, void *key, void *value)
 // mappings as it returns to user code; false when it cannot. relisted:
 // announced before (LISTING_RELISTED), and not while a listing of it is
 // pending, which lists what it has then; the first announcement replaces
-// a listing left by an earlier process of the PID. sample: the listing
-// takes the current thread's sample after it (sample_listed).
+// a listing left by an earlier process of the PID. sample: the weight of
+// the current thread's sample, which the listing takes after it
+// (sample_listed); 0: none.
 static __always_inline bool announce_listed(__u32 tgid, __u32 generation, bool relisted,
-					    bool sample)
+					    __u32 sample)
 {
 	if (!bpf_task_work_schedule_resume_impl) // a weak symbol: 0 when absent
 		return false;
@@ -737,15 +746,16 @@ static __always_inline bool single_threaded(void)
 }
 
 // announce returns what known_procs knows of tgid, announcing the process
-// to user space the first time it is seen. Listed when a sample (sampled)
-// interrupted user code (in_user), whose return runs the listing at once,
-// or when no other thread could run while this one sleeps in the kernel
+// to user space the first time it is seen. Listed when a sample (of
+// weight, the ticks it counts for; 0: not sampling) interrupted user code
+// (in_user), whose return runs the listing at once, or when no other
+// thread could run while this one sleeps in the kernel
 // (most new processes, in a page fault or system call of their start);
 // else unlisted, now: a thread in the kernel may sleep there for long
 // while the others run, and the off-CPU program runs in the scheduler.
 // A sample of user code is handed to the listing (*handed), which walks
 // it with the tables it fills: the sampler has none for the process yet.
-static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool in_user,
+static __always_inline struct known_proc announce(__u32 tgid, __u32 weight, bool in_user,
 						  bool *handed)
 {
 	struct known_proc *known = bpf_map_lookup_elem(&known_procs, &tgid);
@@ -758,9 +768,9 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 		known = bpf_map_lookup_elem(&known_procs, &tgid);
 		return known ? *known : k;
 	}
-	bool hand = sampled && in_user && use_ringbuf;
-	if (sampled && (in_user || single_threaded()) &&
-	    announce_listed(tgid, k.generation, false, hand)) {
+	bool hand = weight && in_user && use_ringbuf;
+	if (weight && (in_user || single_threaded()) &&
+	    announce_listed(tgid, k.generation, false, hand ? weight : 0)) {
 		*handed = hand;
 		return k;
 	}
@@ -776,10 +786,10 @@ static __always_inline struct known_proc announce(__u32 tgid, bool sampled, bool
 }
 
 // see_proc makes this CPU's cache (c, the scratch's) tgid's: its
-// generation announced (announce, sampled and in_user), and what it lacks
+// generation announced (announce, weight and in_user), and what it lacks
 // if found under the current tables_epoch. True when the announcement took
 // the sample, for its listing to take (sample_listed).
-static __always_inline bool see_proc(struct seen_proc *c, __u32 tgid, bool sampled, bool in_user)
+static __always_inline bool see_proc(struct seen_proc *c, __u32 tgid, __u32 weight, bool in_user)
 {
 	bool handed = false;
 	// Read the epochs before the lookups: an exec, fork or listing
@@ -788,7 +798,7 @@ static __always_inline bool see_proc(struct seen_proc *c, __u32 tgid, bool sampl
 	__u64 epoch = *(volatile __u64 *)&proc_epoch;
 	__u32 tables = *(volatile __u32 *)&tables_epoch << LACKS_BITS;
 	if (c->tgid != tgid || c->epoch != epoch || !c->known.generation) {
-		c->known = announce(tgid, sampled, in_user, &handed);
+		c->known = announce(tgid, weight, in_user, &handed);
 		c->tgid = tgid;
 		c->epoch = epoch;
 	}
@@ -1026,7 +1036,7 @@ static __always_inline void mark_stale(struct walk *w, bool in_user, bool may_li
 	w->proc->stale = 1;
 	count(STAT_UNWIND_STALE);
 	if (may_list && (in_user || single_threaded()) &&
-	    announce_listed(w->tgid, w->generation, true, false))
+	    announce_listed(w->tgid, w->generation, true, 0))
 		return;
 	struct new_proc *e = bpf_ringbuf_reserve(&stale_procs, sizeof(*e), 0);
 	if (!e)
@@ -1426,9 +1436,9 @@ static __always_inline void stack_key(void *ctx, bool in_user, struct task_struc
 	}
 }
 
-static __always_inline void aggregate(struct sample_key *key)
+static __always_inline void aggregate(struct sample_key *key, __u32 weight)
 {
-	if (!add_one(&counts, key))
+	if (!add_count(&counts, key, weight))
 		count(STAT_COUNTS_FULL);
 }
 
@@ -1633,7 +1643,7 @@ __noinline int python_copy_codes(struct python_stack *python)
 
 // tell_young_python hands user space copies of the code objects that the
 // Python frames of the sample just taken ran, when they are of a process
-// younger than PY_YOUNG_NS and user space has not had them. The frames
+// younger than YOUNG_NS and user space has not had them. The frames
 // themselves follow only when user space must read from the process at
 // once, or the ring fills: they wake the reader. Otherwise the sample
 // names them when it is drained, after the copies. A sample of an older
@@ -1644,7 +1654,7 @@ static __always_inline void tell_young_python(struct task_struct *task, __u32 tg
 	__u32 n = python->n;
 	if (!n || n > PY_MAX_FRAMES)
 		return;
-	if (bpf_ktime_get_ns() - task->group_leader->start_time >= PY_YOUNG_NS) {
+	if (bpf_ktime_get_ns() - task->group_leader->start_time >= YOUNG_NS) {
 		if (!*(volatile __u32 *)&old_python_sampled &&
 		    __sync_val_compare_and_swap(&old_python_sampled, 0, 1) == 0 &&
 		    bpf_ktime_get_ns() - *(volatile __u64 *)&drained_at >= PY_ASK_AFTER_NS)
@@ -1674,15 +1684,24 @@ int sample(struct bpf_perf_event_data *ctx)
 	if (tgid == 0)
 		return 0; // the idle task: not CPU anyone used
 
+	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 weight = 1;
+	if (young_sample > 1 && bpf_ktime_get_ns() - task->group_leader->start_time < YOUNG_NS) {
+		if (bpf_get_prandom_u32() % young_sample) {
+			count(STAT_YOUNG_SKIPPED);
+			return 0;
+		}
+		weight = young_sample;
+	}
+
 	__u32 zero = 0;
 	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (!sc)
 		return 0;
 
-	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
-	struct task_struct *task = bpf_get_current_task_btf();
 	bool in_user = user_mode(ctx);
-	if (see_proc(&sc->seen, tgid, true, in_user)) {
+	if (see_proc(&sc->seen, tgid, weight, in_user)) {
 		count(STAT_SAMPLES_HANDED);
 		return 0; // its listing takes it (sample_listed)
 	}
@@ -1693,6 +1712,7 @@ int sample(struct bpf_perf_event_data *ctx)
 		e->pid = tgid;
 		e->tid = tid;
 		e->generation = gen;
+		e->weight = weight;
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
 		emit(ctx, e, task, sc);
@@ -1701,7 +1721,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	}
 
 	stack_key(ctx, in_user, task, tid, sc, &stacks, &sc->key);
-	aggregate(&sc->key);
+	aggregate(&sc->key, weight);
 	tell_young_python(task, tgid, gen, &sc->python);
 	return 0;
 }
@@ -1714,7 +1734,7 @@ int sample(struct bpf_perf_event_data *ctx)
 // tables; by frame pointers, as the sampler would have, when there are
 // none. Its user stack only, as a first sample had before: the Python
 // frames and the kernel stack (none: user code was interrupted) aside.
-__noinline int sample_listed(__u32 generation)
+__noinline int sample_listed(__u32 generation, __u32 weight)
 {
 	__u32 slot = SLOT_TASK_WORK;
 	struct scratch *sc = bpf_map_lookup_elem(&scratch, &slot);
@@ -1726,6 +1746,7 @@ __noinline int sample_listed(__u32 generation)
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->generation = generation;
+	e->weight = weight;
 	// Helpers, not copy_comm's loads, which the compiler spills here to
 	// the stack it lacks.
 	if (bpf_probe_read_kernel(e->comm, COMM_LEN, &task->group_leader->comm))
@@ -1836,7 +1857,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	struct off_cpu_span *out = &sc->span;
 	out->start = now;
-	see_proc(&sc->seen, tgid, false, false);
+	see_proc(&sc->seen, tgid, 0, false);
 	stack_key(ctx, false, bpf_get_current_task_btf(), tid, sc, &off_cpu_stacks, &out->key);
 	bpf_map_update_elem(&off_cpu_spans, &tid, out, BPF_ANY);
 	return 0;

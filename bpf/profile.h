@@ -28,6 +28,7 @@ enum sampler_stat {
 	STAT_PROCS_QUIET,      // new processes announced without waking user space (quiet_files)
 	STAT_SAMPLES_HANDED,   // samples handed to the listing of their new process
 	STAT_SAMPLES_LISTED,   // of those, samples the listing took (sent)
+	STAT_YOUNG_SKIPPED,    // ticks of young processes not sampled (young_sample)
 	STAT_TASK_WORK_NS,     // time in listings' task works, which BPF statistics miss
 	STAT_MAX,
 };
@@ -55,6 +56,8 @@ struct sample_event {
 	__u32 generation;
 	__u16 user_len;	  // frames in ips[0:user_len]
 	__u16 kernel_len; // frames in ips[user_len:user_len+kernel_len]
+	__u32 weight;	  // the ticks it counts for (young_sample)
+	__u32 pad;
 	char comm[COMM_LEN];
 	char thread[COMM_LEN];
 	__u64 ips[2 * MAX_STACK_DEPTH];

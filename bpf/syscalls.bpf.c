@@ -258,7 +258,7 @@ static __always_inline __u32 log2_bucket(__u64 ns)
 
 static __always_inline void count_stack(struct call_stack_key *key)
 {
-	if (!add_one(&stack_counts, key))
+	if (!add_count(&stack_counts, key, 1))
 		count(TRACER_STACK_COUNTS_FULL);
 }
 

@@ -47,6 +47,10 @@ type AgentConfig struct {
 	Warnings []string
 }
 
+// maxYoungSample bounds --young-sample: one tick in 100 leaves most
+// processes' first second at 99 Hz unsampled.
+const maxYoungSample = 100
+
 // Validate checks the config, reads the token file and fills the API's
 // options from Listen.
 func (c *AgentConfig) Validate() error {
@@ -59,6 +63,8 @@ func (c *AgentConfig) Validate() error {
 	switch {
 	case c.Frequency <= 0 || c.Frequency > maxFrequency:
 		return fmt.Errorf("--frequency %d: must be between 1 and %d Hz", c.Frequency, maxFrequency)
+	case c.YoungSampleEvery < 1 || c.YoungSampleEvery > maxYoungSample:
+		return fmt.Errorf("--young-sample %d: must be between 1 and %d", c.YoungSampleEvery, maxYoungSample)
 	case c.Window < time.Second || c.Window > time.Hour:
 		return fmt.Errorf("--window %s: must be between 1s and 1h", c.Window)
 	case c.Retention < 0:
@@ -209,6 +215,11 @@ func parseAgent(args []string) (*AgentConfig, error) {
 	})
 	fs.Var(byteSize{&c.SpoolMax}, "spool-max", "with --store, drop the oldest spooled windows beyond this `size` while the store is unreachable")
 	fs.IntVar(&c.Frequency, "frequency", c.Frequency, "samples per second per CPU (`Hz`)")
+	fs.Func("young-sample", fmt.Sprintf("in a process's first second, sample one tick in `N`, each sample counting N times; 1 samples every tick (default %d)", c.YoungSampleEvery), func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		c.YoungSampleEvery = uint32(n)
+		return err
+	})
 	fs.Var(longDuration{&c.Window}, "window", "`duration` of one stored profile")
 	fs.Var(longDuration{&c.Retention}, "retention", "drop profiles older than this `duration` (e.g. 7d; 0 keeps all)")
 	fs.Var(byteSize{&c.MaxSize}, "max-size", "drop the oldest profiles beyond this SQLite store `size` (e.g. 1GB; 0: no limit)")

@@ -32,12 +32,15 @@ import (
 )
 
 func TestParseAgent(t *testing.T) {
-	c, err := parseAgent(strings.Fields("--data-dir /d --retention 2d12h --max-size 500MB --window 5s --frequency 49 --doctor-every 5m"))
+	c, err := parseAgent(strings.Fields("--data-dir /d --retention 2d12h --max-size 500MB --window 5s --frequency 49 --doctor-every 5m --young-sample 1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 || c.DoctorEvery != 5*time.Minute {
+	if c.DataDir != "/d" || c.Retention != 60*time.Hour || c.MaxSize != 500e6 || c.Window != 5*time.Second || c.Frequency != 49 || c.DoctorEvery != 5*time.Minute || c.YoungSampleEvery != 1 {
 		t.Errorf("config %+v", c.Options)
+	}
+	if c, _ := parseAgent(nil); c.YoungSampleEvery != 10 {
+		t.Errorf("default --young-sample %d, want 10", c.YoungSampleEvery)
 	}
 	if c.OffCPU != nil {
 		t.Errorf("off-CPU time recorded without --off-cpu: %+v", c.OffCPU)
@@ -50,7 +53,7 @@ func TestParseAgent(t *testing.T) {
 		t.Errorf("--off-cpu --off-cpu-min 5ms --off-cpu-sample 10: %+v", o)
 	}
 	for _, bad := range []string{"--frequency 0", "--window 0s", "--retention -1h", "--retention 3x", "--max-size lots", "--max-size 10KB", "--data-dir=", "--doctor-every -1m", "extra",
-		"--off-cpu --off-cpu-min 2m", "--off-cpu --off-cpu-sample 0"} {
+		"--off-cpu --off-cpu-min 2m", "--off-cpu --off-cpu-sample 0", "--young-sample 0", "--young-sample 101", "--young-sample -1", "--young-sample 1e9"} {
 		if _, err := parseAgent(strings.Fields(bad)); err == nil {
 			t.Errorf("parseAgent(%q) succeeded", bad)
 		}
@@ -146,11 +149,16 @@ func startAgent(t *testing.T, flint, dir string, args ...string) *agentProc {
 }
 
 // startAgentOn starts the agent with its API on addr and waits until it
-// answers there.
+// answers there. It samples every tick of every process (--young-sample
+// 1, unless args say otherwise): the tests compare the samples of
+// fixtures they start with the CPU those used, from their first tick,
+// and one sample in ten of a fixture's first second would spread the
+// count of 2 s of CPU at 499 Hz by 7% (one standard deviation);
+// TestSamplerYoungSample checks such counts.
 func startAgentOn(t *testing.T, flint, dir, addr string, args ...string) *agentProc {
 	t.Helper()
 	a := &agentProc{addr: addr, dir: dir, stderr: &bytes.Buffer{}}
-	args = append([]string{"agent", "--data-dir", dir, "--listen", a.addr}, args...)
+	args = append([]string{"agent", "--data-dir", dir, "--listen", a.addr, "--young-sample", "1"}, args...)
 	a.cmd = exec.Command(flint, args...)
 	a.cmd.Stderr = a.stderr
 	if err := a.cmd.Start(); err != nil {
@@ -454,7 +462,8 @@ func TestAgentKilledKeepsStore(t *testing.T) {
 // TestAgentProcessStorm starts 20,000 short-lived processes under the
 // agent, as fast as four goroutines can: the agent answers throughout,
 // names and stores them, stays within a memory bound, and forgets them
-// once they are gone.
+// once they are gone. It samples them as the agent does by default, one
+// tick in ten.
 func TestAgentProcessStorm(t *testing.T) {
 	requireRoot(t)
 	if testing.Short() {
@@ -462,7 +471,7 @@ func TestAgentProcessStorm(t *testing.T) {
 	}
 	flint, _ := build(t)
 	dir := t.TempDir()
-	a := startAgent(t, flint, dir, "--window", "2s", "--frequency", "499")
+	a := startAgent(t, flint, dir, "--window", "2s", "--frequency", "499", "--young-sample", "10")
 	const storm, workers = 20000, 4
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -493,6 +502,9 @@ func TestAgentProcessStorm(t *testing.T) {
 	}
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d processes failed to run", n, storm)
+	}
+	if a.metric(t, "flint_samples_young_skipped_total") == 0 {
+		t.Error("no tick of the storm's processes skipped with --young-sample 10")
 	}
 	learned := a.metric(t, "flint_processes")
 	t.Logf("%d processes in %s; the agent knew %.0f at the end", storm, time.Since(begin).Round(time.Millisecond), learned)

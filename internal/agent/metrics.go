@@ -70,6 +70,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 			reason{"exited_before_listing", st.HandedLost()})
 		gauge("flint_bpf_task_work_seconds_total", "Of flint_bpf_run_seconds_total, the time of the BPF task works that list new processes (the kernel's BPF statistics miss it; the program times it).", "counter", st.TaskWorkTime.Seconds())
 		gauge("flint_samples_handed_total", "First samples of new processes in user code handed to the process's listing, which walks the stack with the unwind tables it fills as the thread returns to user code.", "counter", st.SamplesHanded)
+		gauge("flint_samples_young_skipped_total", "Ticks of processes in their first second not sampled (--young-sample); each sample of such a process counts for the ticks skipped.", "counter", st.YoungSkipped)
 		gauge("flint_processes_quiet_total", "New processes announced without waking the agent (their files and cgroups known), learned at its next drain.", "counter", st.ProcsQuiet)
 		gauge("flint_unwind_walks_total", "User stacks walked with unwind tables.", "counter", st.UnwindWalks)
 		gauge("flint_unwind_complete_total", "Of the walks with unwind tables, those that reached the outermost frame.", "counter", st.UnwindComplete)

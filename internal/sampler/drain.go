@@ -179,7 +179,7 @@ func (s *Sampler) drainRing() ([]Sample, error) {
 			comm: ev.Comm, thread: ev.Thread,
 			user: s.intern(user), kernel: s.intern(kernel),
 		}
-		counts[k]++
+		counts[k] += uint64(max(ev.Weight, 1))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read sample ring buffer: %w", err)
@@ -207,9 +207,10 @@ func decodeEvent(raw []byte, ev *profileSampleEvent) bool {
 	ev.Generation = binary.NativeEndian.Uint32(raw[8:])
 	ev.UserLen = binary.NativeEndian.Uint16(raw[12:])
 	ev.KernelLen = binary.NativeEndian.Uint16(raw[14:])
+	ev.Weight = binary.NativeEndian.Uint32(raw[16:])
 	for i := range 16 {
-		ev.Comm[i] = int8(raw[16+i])
-		ev.Thread[i] = int8(raw[32+i])
+		ev.Comm[i] = int8(raw[24+i])
+		ev.Thread[i] = int8(raw[40+i])
 	}
 	n := int(ev.UserLen) + int(ev.KernelLen)
 	if n > len(ev.Ips) || len(raw) < header+8*n {

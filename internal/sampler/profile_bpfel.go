@@ -233,6 +233,8 @@ type profileSampleEvent struct {
 	Generation uint32
 	UserLen    uint16
 	KernelLen  uint16
+	Weight     uint32
+	Pad        uint32
 	Comm       [16]int8
 	Thread     [16]int8
 	Ips        [254]uint64
@@ -272,8 +274,9 @@ const (
 	profileSamplerStatSTAT_PROCS_QUIET      profileSamplerStat = 16
 	profileSamplerStatSTAT_SAMPLES_HANDED   profileSamplerStat = 17
 	profileSamplerStatSTAT_SAMPLES_LISTED   profileSamplerStat = 18
-	profileSamplerStatSTAT_TASK_WORK_NS     profileSamplerStat = 19
-	profileSamplerStatSTAT_MAX              profileSamplerStat = 20
+	profileSamplerStatSTAT_YOUNG_SKIPPED    profileSamplerStat = 19
+	profileSamplerStatSTAT_TASK_WORK_NS     profileSamplerStat = 20
+	profileSamplerStatSTAT_MAX              profileSamplerStat = 21
 )
 
 type profileScratch struct {
@@ -398,6 +401,7 @@ const (
 	profileVarUnwindEpoch              = "unwind_epoch"
 	profileVarUnwindTables             = "unwind_tables"
 	profileVarUseRingbuf               = "use_ringbuf"
+	profileVarYoungSample              = "young_sample"
 )
 
 // loadProfile returns the embedded CollectionSpec for profile.
@@ -513,6 +517,7 @@ type profileVariableSpecs struct {
 	UnwindEpoch              *ebpf.VariableSpec `ebpf:"unwind_epoch"`
 	UnwindTables             *ebpf.VariableSpec `ebpf:"unwind_tables"`
 	UseRingbuf               *ebpf.VariableSpec `ebpf:"use_ringbuf"`
+	YoungSample              *ebpf.VariableSpec `ebpf:"young_sample"`
 }
 
 // profileObjects contains all objects after they have been loaded into the kernel.
@@ -626,6 +631,7 @@ type profileVariables struct {
 	UnwindEpoch              *ebpf.Variable `ebpf:"unwind_epoch"`
 	UnwindTables             *ebpf.Variable `ebpf:"unwind_tables"`
 	UseRingbuf               *ebpf.Variable `ebpf:"use_ringbuf"`
+	YoungSample              *ebpf.Variable `ebpf:"young_sample"`
 }
 
 // profilePrograms contains all programs after they have been loaded into the kernel.

@@ -115,6 +115,11 @@ type Options struct {
 	OffCPU *OffCPU
 	// NoCPU, with OffCPU, takes no CPU samples.
 	NoCPU bool
+	// YoungSampleEvery, above 1, samples one tick in that many, at
+	// random, of a process in its first second, each sample counting
+	// that many times (Sample.Count): a short-lived process's samples are
+	// the dearest to take and to name, and most of what it costs.
+	YoungSampleEvery uint32
 }
 
 // Sample is one distinct (process image, thread, stacks) and how often it
@@ -161,6 +166,9 @@ type Stats struct {
 	// SamplesListed, those it sent. A process that exits first never
 	// returns: its handed sample is lost.
 	SamplesHanded, SamplesListed uint64
+	// YoungSkipped counts ticks of young processes not sampled
+	// (Options.YoungSampleEvery).
+	YoungSkipped uint64
 	// TaskWorkTime is the time spent in the listings' task works, which
 	// the kernel's BPF statistics do not count (ProgramStats adds it).
 	TaskWorkTime time.Duration
@@ -252,6 +260,7 @@ func Start(opts Options) (*Sampler, error) {
 		"use_ringbuf":   opts.Transfer == RingBuffer,
 		"unwind_tables": opts.UnwindRows > 0,
 		"self_tgid":     uint32(os.Getpid()),
+		"young_sample":  max(opts.YoungSampleEvery, 1),
 	}
 	if o := opts.OffCPU; o != nil {
 		consts["off_cpu_min_ns"] = uint64(o.Min.Nanoseconds())
@@ -848,6 +857,7 @@ func (s *Sampler) Stats() (Stats, error) {
 		st.OffCPUFull += c[profileSamplerStatSTAT_OFF_CPU_FULL]
 		st.SamplesHanded += c[profileSamplerStatSTAT_SAMPLES_HANDED]
 		st.SamplesListed += c[profileSamplerStatSTAT_SAMPLES_LISTED]
+		st.YoungSkipped += c[profileSamplerStatSTAT_YOUNG_SKIPPED]
 		st.TaskWorkTime += time.Duration(c[profileSamplerStatSTAT_TASK_WORK_NS])
 	}
 	return st, nil

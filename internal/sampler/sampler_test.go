@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,7 +25,24 @@ import (
 // takes some 0.25 s of CPU here, well over the 0.1 s the test asks for.
 const execChildEnv = "FLINT_SAMPLER_TEST_CHILD"
 
+// spinChildEnv makes the test binary a fixture that sleeps, then spins:
+// "SLEEP,SPIN", two Go durations.
+const spinChildEnv = "FLINT_SAMPLER_TEST_SPIN"
+
 func TestMain(m *testing.M) {
+	if v := os.Getenv(spinChildEnv); v != "" {
+		sleep, work, _ := strings.Cut(v, ",")
+		d, err := time.ParseDuration(sleep)
+		if err != nil {
+			panic(err)
+		}
+		time.Sleep(d)
+		if d, err = time.ParseDuration(work); err != nil {
+			panic(err)
+		}
+		spin(d)
+		os.Exit(0)
+	}
 	if os.Getenv(execChildEnv) != "" {
 		spin(400 * time.Millisecond)
 		loop := "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
@@ -57,7 +75,7 @@ func TestDecodeEventRejectsShortRecords(t *testing.T) {
 	if decodeEvent(make([]byte, 10), &ev) {
 		t.Error("decoded a 10-byte record")
 	}
-	raw := make([]byte, 48)
+	raw := make([]byte, 56)
 	raw[12] = 5 // user_len 5 but no ips follow
 	if decodeEvent(raw, &ev) {
 		t.Error("decoded a record whose stack runs past its end")
@@ -573,6 +591,86 @@ func TestSamplerNewImageAfterExec(t *testing.T) {
 			if before[filepath.Base(self)] < 100 || after["sh"] < 100 {
 				t.Errorf("samples by generation %v: want ≥ 100 named %q under %d and ≥ 100 named sh under %d",
 					commByGen, filepath.Base(self), gens[0], gens[1])
+			}
+		})
+	}
+}
+
+// TestSamplerYoungSample samples processes in their first second at one
+// tick in five, each sample counting five: the counts still follow the
+// CPU used, a young process's counts are multiples of five, and a process
+// past its first second is sampled at every tick.
+func TestSamplerYoungSample(t *testing.T) {
+	requireBPF(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const every, freq = 5, 997
+	for _, transfer := range []Transfer{Aggregate, RingBuffer} {
+		t.Run(string(transfer), func(t *testing.T) {
+			s, err := Start(Options{Frequency: freq, Transfer: transfer, YoungSampleEvery: every})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// run runs a child that sleeps, then spins: its PID, CPU
+			// time, and whether it lived under a second (young at
+			// every tick).
+			run := func(sleep, work time.Duration) (pid uint32, cpu time.Duration, young bool) {
+				child := exec.Command(self)
+				child.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s", spinChildEnv, sleep, work))
+				t0 := time.Now()
+				if err := child.Run(); err != nil {
+					t.Fatalf("fixture: %v", err)
+				}
+				st := child.ProcessState
+				return uint32(child.Process.Pid), st.UserTime() + st.SystemTime(), time.Since(t0) < time.Second
+			}
+			young := map[uint32]bool{} // PID: young at every tick
+			var youngCPU time.Duration
+			for range 10 {
+				pid, cpu, whole := run(0, 300*time.Millisecond)
+				young[pid] = whole
+				youngCPU += cpu
+			}
+			old, oldCPU, _ := run(1100*time.Millisecond, 300*time.Millisecond)
+			s.Stop()
+			samples, err := s.Drain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var youngCount, oldCount uint64
+			oldEveryTick := false
+			for _, smp := range samples {
+				if whole, ok := young[smp.PID]; ok {
+					youngCount += smp.Count
+					if whole && smp.Count%every != 0 {
+						t.Errorf("pid %d, young for its whole life: a count of %d, not a multiple of %d", smp.PID, smp.Count, every)
+					}
+				} else if smp.PID == old {
+					oldCount += smp.Count
+					oldEveryTick = oldEveryTick || smp.Count%every != 0
+				}
+			}
+			// A count's standard deviation is sqrt((every-1) × ticks):
+			// 3.7% of 3 s of CPU at 997 Hz. 20% is five of them and
+			// the timer's rounding (fixture.Tolerance).
+			want := fixture.Expected(freq, youngCPU)
+			t.Logf("young processes: %d samples for %s of CPU at %d Hz (want %.0f ± 20%%)", youngCount, youngCPU, freq, want)
+			if d := float64(youngCount) - want; d > 0.2*want || d < -0.2*want {
+				t.Errorf("young processes: %d samples for %s of CPU at %d Hz, want %.0f ± 20%%", youngCount, youngCPU, freq, want)
+			}
+			fixture.CheckSamples(t, "the process past its first second", int64(oldCount), freq, oldCPU)
+			if !oldEveryTick {
+				t.Errorf("the process past its first second: every count a multiple of %d, as if thinned", every)
+			}
+			st, err := s.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.YoungSkipped < youngCount/2 {
+				t.Errorf("%d young ticks skipped, want at least %d: (every-1)/every of the young processes' ticks", st.YoungSkipped, youngCount/2)
 			}
 		})
 	}
