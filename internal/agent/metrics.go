@@ -62,7 +62,7 @@ func (a *Agent) writeMetrics(w io.Writer) {
 	gauge("flint_agent_peak_resident_memory_bytes", "Peak resident set size of the agent process.", "gauge", peak)
 	gauge("flint_bpf_run_seconds_total", "Run time of flint's BPF programs, their task works included.", "counter", float64(a.metrics.bpfRunTime.Load())/1e9)
 	if st, err := a.sampler.Stats(); err == nil {
-		gauge("flint_samples_total", "Samples taken by the BPF program.", "counter", st.Samples)
+		gauge("flint_samples_total", "Timer ticks the BPF program ran on: samples taken, and ticks of young processes skipped (flint_samples_young_skipped_total).", "counter", st.Samples)
 		byReason(w, "flint_samples_lost_total", "Samples or stacks lost, by reason.",
 			reason{"counts_map_full", st.CountsFull}, reason{"ring_buffer_full", st.RingBufFull}, reason{"stack_map_full", st.StacksFull},
 			reason{"user_stack_error", st.UserStackErrors}, reason{"kernel_stack_error", st.KernelStackErrors},

@@ -135,7 +135,9 @@ type Sample struct {
 	// StackLost is set when the sample's stack did not fit in the kernel's
 	// stack map: the sample counts, its frames are unknown.
 	StackLost bool
-	Count     uint64
+	// Count is the ticks it stands for: once each time it was seen,
+	// YoungSampleEvery times for a sample of a process's first second.
+	Count uint64
 }
 
 // Stats are per-CPU counters kept by the BPF program.
