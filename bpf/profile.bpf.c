@@ -1642,19 +1642,19 @@ __noinline int python_copy_codes(struct python_stack *python)
 }
 
 // tell_young_python hands user space copies of the code objects that the
-// Python frames of the sample just taken ran, when they are of a process
-// younger than YOUNG_NS and user space has not had them. The frames
+// Python frames of the sample just taken ran, when they are of a young
+// process (younger than YOUNG_NS) and user space has not had them. The frames
 // themselves follow only when user space must read from the process at
 // once, or the ring fills: they wake the reader. Otherwise the sample
 // names them when it is drained, after the copies. A sample of an older
 // process sets old_python_sampled.
-static __always_inline void tell_young_python(struct task_struct *task, __u32 tgid, __u32 gen,
+static __always_inline void tell_young_python(bool young, __u32 tgid, __u32 gen,
 					      struct python_stack *python)
 {
 	__u32 n = python->n;
 	if (!n || n > PY_MAX_FRAMES)
 		return;
-	if (bpf_ktime_get_ns() - task->group_leader->start_time >= YOUNG_NS) {
+	if (!young) {
 		if (!*(volatile __u32 *)&old_python_sampled &&
 		    __sync_val_compare_and_swap(&old_python_sampled, 0, 1) == 0 &&
 		    bpf_ktime_get_ns() - *(volatile __u64 *)&drained_at >= PY_ASK_AFTER_NS)
@@ -1686,8 +1686,10 @@ int sample(struct bpf_perf_event_data *ctx)
 
 	// A BTF pointer: its fields are plain loads, cheaper than read helpers.
 	struct task_struct *task = bpf_get_current_task_btf();
+	// Read once: the weight and the Python code copies both ask.
+	bool young = bpf_ktime_get_ns() - task->group_leader->start_time < YOUNG_NS;
 	__u32 weight = 1;
-	if (young_sample > 1 && bpf_ktime_get_ns() - task->group_leader->start_time < YOUNG_NS) {
+	if (young_sample > 1 && young) {
 		if (bpf_get_prandom_u32() % young_sample) {
 			count(STAT_YOUNG_SKIPPED);
 			return 0;
@@ -1716,13 +1718,13 @@ int sample(struct bpf_perf_event_data *ctx)
 		copy_comm(e->comm, task->group_leader->comm);
 		copy_comm(e->thread, task->comm);
 		emit(ctx, e, task, sc);
-		tell_young_python(task, tgid, gen, &sc->python);
+		tell_young_python(young, tgid, gen, &sc->python);
 		return 0;
 	}
 
 	stack_key(ctx, in_user, task, tid, sc, &stacks, &sc->key);
 	aggregate(&sc->key, weight);
-	tell_young_python(task, tgid, gen, &sc->python);
+	tell_young_python(young, tgid, gen, &sc->python);
 	return 0;
 }
 
