@@ -6,6 +6,11 @@
 #	sudo bench/agent-pair.sh A_BIN B_BIN                  # 300 python3 runs, ten a second
 #	sudo RUNS=120 CHURN=1 bench/agent-pair.sh A_BIN B_BIN  # 120 runs, one a second
 #	sudo CHURN_WITH=brief bench/agent-pair.sh A_BIN B_BIN  # testdata/fixtures/brief.c
+#	sudo CHURN=1 CHURN_WITH=control bench/agent-pair.sh A_BIN B_BIN  # no new process: the control
+#
+# With CHURN_WITH=control no process is new: one long-lived process burns
+# what a python3 run burns, CHURN times a second (bench/churn.sh), and "a
+# new process" reads "a round": what sampling a run's CPU costs anyway.
 #
 # Each agent's BPF programs' run time a new process (its
 # flint_bpf_run_seconds_total, read the same way) follows its own. It also

@@ -9,7 +9,12 @@
 # times a second whether the previous ones have finished or not. With
 # CHURN_WITH=brief it is testdata/fixtures/brief.c instead: 30 ms of CPU on
 # one shallow stack, the same every run, so the difference is what learning
-# a process costs apart from the stacks it brings. churn_phases runs
+# a process costs apart from the stacks it brings. CHURN_WITH=control starts
+# no new process: one long-lived brief (with arguments) burns
+# what a python3 run burns (the mean of ten, measured first) CHURN times a
+# second, so what it costs is what sampling the runs' CPU costs, new
+# processes or not, and the runs' cost above it is their being new.
+# churn_phases runs
 # the agent with churn off then on, PHASE seconds each, and reports the
 # agent's and its BPF programs' CPU in both and the CPU per new process
 # (the difference over the processes started).
@@ -22,8 +27,17 @@ CHURN_WARM=${CHURN_WARM:-60}
 [[ $CHURN_WARM =~ ^[0-9]+$ ]] || { echo "bench: CHURN_WARM=$CHURN_WARM: want whole seconds" >&2; exit 1; }
 CYCLES=${CYCLES:-1}
 [[ $CYCLES =~ ^[0-9]+$ && $CYCLES -ge 1 ]] || { echo "bench: CYCLES=$CYCLES: want at least 1" >&2; exit 1; }
+# brief_fixture: testdata/fixtures/brief.c built into a temporary
+# directory; its path.
+brief_fixture() {
+	local bin
+	bin=$(mktemp -d)/brief
+	gcc -O1 -fno-omit-frame-pointer -o "$bin" "$(dirname "${BASH_SOURCE[0]}")/../testdata/fixtures/brief.c" ||
+		{ echo "bench: CHURN_WITH=$CHURN_WITH needs gcc" >&2; return 1; }
+	echo "$bin"
+}
 case ${CHURN_WITH:=python} in
-python)
+python | control)
 	# python3 may be a shim script (pyenv) that forks several processes
 	# before it runs python: start the interpreter itself.
 	churn_py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) ||
@@ -31,13 +45,22 @@ python)
 	churn_cmd=("$churn_py" -c 'import json, decimal, random; sum(range(100000))')
 	;;
 brief)
-	churn_bin=$(mktemp -d)/brief
-	gcc -O1 -fno-omit-frame-pointer -o "$churn_bin" "$(dirname "${BASH_SOURCE[0]}")/../testdata/fixtures/brief.c" ||
-		{ echo "bench: CHURN_WITH=brief needs gcc" >&2; exit 1; }
+	churn_bin=$(brief_fixture) || exit 1
 	churn_cmd=("$churn_bin")
 	;;
-*) echo "bench: CHURN_WITH=$CHURN_WITH: want python or brief" >&2; exit 1 ;;
+*) echo "bench: CHURN_WITH=$CHURN_WITH: want python, brief or control" >&2; exit 1 ;;
 esac
+if [[ $CHURN_WITH == control ]]; then
+	churn_steady=$(brief_fixture) || exit 1
+	# The CPU of one python3 run, in ms: the mean of ten, as the kernel counts it.
+	churn_burn_ms=$("$churn_py" -c '
+import resource, subprocess, sys
+for _ in range(10):
+    subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(round((r.ru_utime + r.ru_stime) * 100, 1))' "${churn_cmd[@]}")
+	echo "bench: control: one process burning ${churn_burn_ms} ms of CPU $CHURN times a second" >&2
+fi
 
 # python_again: a python3 program that does a churn run's imports and sum
 # over and over in one process, dropping the modules from sys.modules so
@@ -61,9 +84,15 @@ while True:
     imports(depth)'
 
 # churn_start FILE: start CHURN processes a second in the background,
-# appending a byte to FILE for each; churn_pid is the loop.
+# appending a byte to FILE for each; churn_pid is the loop. With
+# CHURN_WITH=control, the steady process, appending a byte a round.
 churn_start() {
 	local count=$1
+	if [[ $CHURN_WITH == control ]]; then
+		"$churn_steady" "$CHURN" "$churn_burn_ms" "$count" &
+		churn_pid=$!
+		return
+	fi
 	(
 		exec {never}<> <(:) # read -t on it sleeps without forking sleep
 		interval=$(awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }')
