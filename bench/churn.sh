@@ -50,15 +50,20 @@ brief)
 	;;
 *) echo "bench: CHURN_WITH=$CHURN_WITH: want python, brief or control" >&2; exit 1 ;;
 esac
+# run_cpu N: the CPU time of one churn run in seconds, the mean of N runs,
+# as the kernel counts it.
+run_cpu() {
+	python3 -c '
+import resource, subprocess, sys
+n = int(sys.argv[1])
+for _ in range(n):
+    subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print((r.ru_utime + r.ru_stime) / n)' "$1" "${churn_cmd[@]}"
+}
 if [[ $CHURN_WITH == control ]]; then
 	churn_steady=$(brief_fixture) || exit 1
-	# The CPU of one python3 run, in ms: the mean of ten, as the kernel counts it.
-	churn_burn_ms=$("$churn_py" -c '
-import resource, subprocess, sys
-for _ in range(10):
-    subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(round((r.ru_utime + r.ru_stime) * 100, 1))' "${churn_cmd[@]}")
+	churn_burn_ms=$(run_cpu 10 | awk '{ printf "%.1f", $1 * 1000 }')
 	echo "bench: control: one process burning ${churn_burn_ms} ms of CPU $CHURN times a second" >&2
 fi
 

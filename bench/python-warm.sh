@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 command -v curl >/dev/null || { echo "python-warm: needs curl (apt-get install curl)" >&2; exit 1; }
 [[ ${CHURN_WITH:-python} == python ]] || { echo "python-warm: CHURN_WITH=$CHURN_WITH: python only" >&2; exit 2; }
 CHURN=1
-source bench/churn.sh # churn_cmd, python_again, agent_cpu
+source bench/churn.sh # churn_cmd, run_cpu, python_again, agent_cpu
 secs=${SECS:-60}
 dir=$(mktemp -d) pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$dir"; }
@@ -32,13 +32,7 @@ trap cleanup EXIT
 # bpf: the agent's BPF programs' run time, seconds.
 bpf() { curl -s "http://127.0.0.1:7491/metrics" | awk '$1 == "flint_bpf_run_seconds_total" { print $2 }'; }
 
-# The CPU time of one churn run: the mean of 20, as the kernel counts it.
-run_cpu=$("${churn_cmd[0]}" -c '
-import resource, subprocess, sys
-for _ in range(20):
-    subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print((r.ru_utime + r.ru_stime) / 20)' "${churn_cmd[@]}")
+run_cpu=$(run_cpu 20) # seconds, the mean of 20 runs
 
 "$1" agent --data-dir "$dir" --listen 127.0.0.1:7491 --doctor-every 0 >/dev/null 2>&1 &
 pids+=($!)
