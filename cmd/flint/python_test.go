@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -355,6 +357,38 @@ func TestAgentPythonExited(t *testing.T) {
 	t.Logf("%d of %d samples named", named, total)
 	if total < 200 || named < total*95/100 {
 		t.Errorf("%d of %d samples in the fixture's functions, want 95%% of at least 200", named, total)
+		logOutside(t, p, "busy.hot_a", "busy.hot_b", "busy.hot_c")
 	}
 	stopAgent(t, a)
+}
+
+// logOutside logs the heaviest stacks of p that run none of funcs, leaf
+// first: what a failure left unnamed.
+func logOutside(t *testing.T, p *pprofile.Profile, funcs ...string) {
+	t.Helper()
+	var outside []*pprofile.Sample
+	for _, s := range p.Sample {
+		in := false
+		for _, l := range s.Location {
+			for _, line := range l.Line {
+				in = in || slices.Contains(funcs, line.Function.Name)
+			}
+		}
+		if !in {
+			outside = append(outside, s)
+		}
+	}
+	slices.SortFunc(outside, func(a, b *pprofile.Sample) int { return cmp.Compare(b.Value[0], a.Value[0]) })
+	for _, s := range outside[:min(len(outside), 10)] {
+		var frames []string
+		for _, l := range s.Location[:min(len(s.Location), 8)] {
+			for _, line := range l.Line {
+				frames = append(frames, line.Function.Name)
+			}
+			if len(l.Line) == 0 {
+				frames = append(frames, fmt.Sprintf("%#x", l.Address))
+			}
+		}
+		t.Logf("%d samples outside: %s", s.Value[0], strings.Join(frames, " <- "))
+	}
 }
