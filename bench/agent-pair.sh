@@ -7,6 +7,7 @@
 #	sudo RUNS=120 CHURN=1 bench/agent-pair.sh A_BIN B_BIN  # 120 runs, one a second
 #	sudo CHURN_WITH=brief bench/agent-pair.sh A_BIN B_BIN  # testdata/fixtures/brief.c
 #	sudo CHURN=1 CHURN_WITH=control bench/agent-pair.sh A_BIN B_BIN  # no new process: the control
+#	sudo RUNS=10 CHURN_EVERY=60 bench/agent-pair.sh A_BIN B_BIN  # one run a minute, as cron runs one
 #
 # With CHURN_WITH=control no process is new: one long-lived process burns
 # what a python3 run burns, CHURN times a second (bench/churn.sh), and "a
@@ -58,13 +59,18 @@ done
 readings() { echo "$(agent_cpu "${pids[0]}") $(switches "${pids[0]}") $(now) $(bpf 7191) $(bpf 7192) $(stat -c %s /dev/null) $(rm "$(mktemp)")"; }
 sleep 10
 learn readings
+# The new processes' program too: its first run costs the agent what
+# learning a program costs (its files, symbols and tables, 24-31 ms for
+# python3), once, which over RUNS runs read as 0.08 ms a run more. What
+# the idle minute after makes it forget is the runs' to pay again.
+learn "${churn_cmd[@]}"
 sleep "$((warm > 15 ? warm - 15 : 0))"
 read -r a0 b0 pa0 pb0 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(bpf 7191) $(bpf 7192)"
 sleep "$idle"
 read -r a1 b1 sa1 sb1 t1 pa1 pb1 <<<"$(agent_cpu "${pids[0]}") $(agent_cpu "${pids[1]}") $(switches "${pids[0]}") $(switches "${pids[1]}") $(now) $(bpf 7191) $(bpf 7192)"
 count=$(mktemp); dirs+=("$count")
 churn_start "$count"
-sleep "$(awk -v n="$runs" -v r="$CHURN" 'BEGIN { print n / r }')" # RUNS, about
+sleep "$(awk -v n="$runs" -v i="$(churn_interval)" 'BEGIN { print n * i }')" # RUNS, about
 churn_stop
 ts=$(now)
 # The last runs end, and the window that holds their samples is named and

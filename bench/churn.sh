@@ -25,6 +25,13 @@ CHURN_WARM=${CHURN_WARM:-60}
 [[ $CHURN =~ ^[0-9]+$ ]] || { echo "bench: CHURN=$CHURN: want new processes a second" >&2; exit 1; }
 [[ $PHASE =~ ^[0-9]+$ && $PHASE -ge 10 ]] || { echo "bench: PHASE=$PHASE: want whole seconds, at least 10" >&2; exit 1; }
 [[ $CHURN_WARM =~ ^[0-9]+$ ]] || { echo "bench: CHURN_WARM=$CHURN_WARM: want whole seconds" >&2; exit 1; }
+# CHURN_EVERY=S starts one process every S seconds instead (churn_start
+# only): a program run now and then, as cron and health checks run them.
+CHURN_EVERY=${CHURN_EVERY:-}
+[[ -z $CHURN_EVERY || $CHURN_EVERY =~ ^[0-9]+$ && $CHURN_EVERY -ge 1 ]] || { echo "bench: CHURN_EVERY=$CHURN_EVERY: want whole seconds" >&2; exit 1; }
+[[ -z $CHURN_EVERY || ${CHURN_WITH:-python} != control ]] || { echo "bench: CHURN_EVERY: not with CHURN_WITH=control" >&2; exit 1; }
+# churn_interval: the seconds between two new processes.
+churn_interval() { if [[ -n $CHURN_EVERY ]]; then echo "$CHURN_EVERY"; else awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }'; fi; }
 CYCLES=${CYCLES:-1}
 [[ $CYCLES =~ ^[0-9]+$ && $CYCLES -ge 1 ]] || { echo "bench: CYCLES=$CYCLES: want at least 1" >&2; exit 1; }
 # brief_fixture: testdata/fixtures/brief.c built into a temporary
@@ -100,7 +107,7 @@ churn_start() {
 	fi
 	(
 		exec {never}<> <(:) # read -t on it sleeps without forking sleep
-		interval=$(awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }')
+		interval=$(churn_interval)
 		while :; do
 			"${churn_cmd[@]}" >/dev/null 2>&1 &
 			printf . >>"$count"

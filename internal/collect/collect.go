@@ -30,7 +30,8 @@ type Collector struct {
 
 	mu      sync.Mutex
 	procs   map[procKey]*procEntry
-	files   map[proc.FileKey]*fileUse // files mapped by known processes
+	files   map[proc.FileKey]*fileUse // files mapped by known processes, or lately (keepFileRounds)
+	round   uint64                    // the last Forget's
 	skipped uint64                    // processes not learned: maxProcs known
 	// listed is what /proc calls the files the kernel listed (Announced),
 	// of those in files; listedLearned counts the processes named from
@@ -54,6 +55,7 @@ type Collector struct {
 // copy of its path for all of them.
 type fileUse struct {
 	mappings int
+	unmapped uint64 // the round mappings fell to 0
 	path     string
 	listedAs sampler.KernelFile // as the kernel lists it; zero: not matched yet
 }
@@ -420,13 +422,34 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 			m.Path = u.path
 		}
 		if u.mappings += delta; u.mappings <= 0 {
-			delete(c.files, k)
-			if c.listed[u.listedAs] == k {
-				delete(c.listed, u.listedAs)
-			}
-			if c.quiet != nil {
-				c.quiet.forget(k)
-			}
+			u.mappings, u.unmapped = 0, c.round
+		}
+	}
+}
+
+// keepFileRounds is how many Forget rounds a file stays known after the
+// last process mapping it is forgotten: a program run every few minutes
+// (a cron job, a health check's shell) finds its files known, is
+// announced without waking the agent and named from symbols already read.
+// Learning a python3's files anew cost the agent 24-31 ms, a hundred
+// times a quiet run (docs/BENCHMARKS.md). The symbolizer keeps a file's
+// symbols as long, and its open handle meanwhile keeps the inode from
+// naming another file; the kernel's keys hold the inode's generation.
+const keepFileRounds = 30
+
+// forgetFiles forgets the files no process has mapped for keepFileRounds.
+// Callers hold mu.
+func (c *Collector) forgetFiles() {
+	for k, u := range c.files {
+		if u.mappings > 0 || u.unmapped+keepFileRounds > c.round {
+			continue
+		}
+		delete(c.files, k)
+		if c.listed[u.listedAs] == k {
+			delete(c.listed, u.listedAs)
+		}
+		if c.quiet != nil {
+			c.quiet.forget(k)
 		}
 	}
 }
@@ -436,7 +459,8 @@ type Stats struct {
 	// ProcessesSkipped counts new processes not learned because maxProcs
 	// were known.
 	ProcessesSkipped uint64
-	// Files is the files known processes map.
+	// Files is the files known processes map, and those they mapped in
+	// the last keepFileRounds rounds.
 	Files int
 	// PythonProcesses is the CPython processes whose Python frames are
 	// read; PythonUnsupported counts those of versions flint cannot read
@@ -483,6 +507,7 @@ const forgetRounds = 2
 // Profiles already built keep their names.
 func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()
+	c.round = round
 	var stale []procKey
 	for k, e := range c.procs {
 		if e.lastUsed+forgetRounds > round {
@@ -513,6 +538,7 @@ func (c *Collector) Forget(round uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetFiles()
 	c.pyFinder.Trim(func(k proc.FileKey) bool { return c.files[k] != nil })
 }
 

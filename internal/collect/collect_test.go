@@ -82,8 +82,14 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	for round := uint64(1); round <= forgetRounds; round++ {
 		c.Forget(round)
 	}
+	if !c.Maps(sleep) {
+		t.Error("the executable of a process forgotten this round is no longer reported mapped")
+	}
+	for round := uint64(forgetRounds + 1); round <= forgetRounds+keepFileRounds; round++ {
+		c.Forget(round)
+	}
 	if c.Maps(sleep) {
-		t.Error("the executable of a forgotten process is still reported mapped")
+		t.Errorf("the executable of a process forgotten %d rounds ago is still reported mapped", keepFileRounds)
 	}
 	if !c.Maps(exeKey(t, os.Getpid())) {
 		t.Error("the executable of a live process is no longer reported mapped")
@@ -304,7 +310,7 @@ func TestCollectorBoundedUnderChurn(t *testing.T) {
 	}
 	child.Process.Kill()
 	child.Wait()
-	for round := uint64(1); round <= forgetRounds; round++ {
+	for round := uint64(1); round <= forgetRounds+keepFileRounds; round++ {
 		c.Forget(round)
 	}
 	if n, st := c.Processes(), c.Stats(); n != 0 || st.Files != 0 {
@@ -470,6 +476,16 @@ func TestAnnouncedListed(t *testing.T) {
 	first.Process.Kill()
 	first.Wait()
 	for round := uint64(1); round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	// Kept a while for the next process of the same programs.
+	if n := c.Stats().Files; n == 0 {
+		t.Error("the files of processes that just exited were forgotten at once")
+	}
+	if announce(second, 4, listingOf(secondRead)); c.Stats().ProcessesListed != 2 {
+		t.Error("a listing of files whose processes just exited was not used")
+	}
+	for round := uint64(forgetRounds + 1); round <= 2*forgetRounds+keepFileRounds; round++ {
 		c.Forget(round)
 	}
 	c.mu.Lock()

@@ -209,7 +209,7 @@ func TestQuietFiles(t *testing.T) {
 	c.mu.Unlock()
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	for round := uint64(1); round <= forgetRounds; round++ {
+	for round := uint64(1); round <= forgetRounds+keepFileRounds; round++ {
 		c.Forget(round)
 	}
 	// The vDSO is every process's, the same always.
