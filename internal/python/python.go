@@ -8,6 +8,7 @@ package python
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -206,17 +207,14 @@ type Finder struct {
 	sym Symbols
 
 	mu    sync.Mutex
-	files map[proc.FileKey]*found // in and err set once, used under mu
-	round uint64                  // Trim calls
+	files map[proc.FileKey]*found // in and err set once
 }
 
 // found is what a mapped file is: an interpreter (in), one of a version
-// flint cannot read (err), or neither; used is the Trim round a process
-// last mapped it in.
+// flint cannot read (err), or neither.
 type found struct {
-	in   *interpFile
-	err  error
-	used uint64
+	in  *interpFile
+	err error
 }
 
 // maxFiles bounds the files a Finder knows; past it it starts over. Every
@@ -244,9 +242,6 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 		}
 		f.mu.Lock()
 		known := f.files[m.Key()]
-		if known != nil {
-			known.used = f.round
-		}
 		f.mu.Unlock()
 		if known == nil {
 			looked, ok := f.look(m)
@@ -260,7 +255,6 @@ func (f *Finder) Find(p *proc.Process) (*Interpreter, error) {
 				if len(f.files) >= maxFiles {
 					clear(f.files)
 				}
-				looked.used = f.round
 				known = &looked
 				f.files[m.Key()] = known
 			}
@@ -312,28 +306,18 @@ func (f *Finder) look(m *proc.Mapping) (found, bool) {
 	return found{in: b}, true
 }
 
-// Trim forgets the files keep does not report that no process mapped in
-// the last keepRounds calls, so that the Finder holds the interpreters in
-// use only, and a file deleted whose inode is reused is looked at anew.
-// The agent calls it once a window with keep reporting the files of the
-// processes it knows, which it forgets two windows after they exit: a
-// script run less often than that (cron, a periodic check) would have
-// its interpreter forgotten between runs, and each run would read every
-// code object of its image, and copy them in the kernel, again.
+// Trim forgets the files keep does not report, so that the Finder holds
+// the interpreters in use only, and a file deleted whose inode is reused
+// is looked at anew. The agent calls it once a window with keep reporting
+// the files its collector knows: those of its processes, and for five
+// minutes those they mapped (collect's keepFileRounds), so that a script
+// run now and then (cron, a periodic check) keeps its interpreter and
+// the code objects of its image.
 func (f *Finder) Trim(keep func(proc.FileKey) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.round++
-	for k, v := range f.files {
-		if v.used+keepRounds <= f.round && !keep(k) {
-			delete(f.files, k)
-		}
-	}
+	maps.DeleteFunc(f.files, func(k proc.FileKey, _ *found) bool { return !keep(k) })
 }
-
-// keepRounds is how many Trim calls (windows: 5 minutes of the agent's)
-// the Finder keeps a file no live process maps.
-const keepRounds = 30
 
 // minorOf returns the minor version of "3.minor".
 func minorOf(v string) (int, bool) {

@@ -156,24 +156,22 @@ func TestFinder(t *testing.T) {
 			if calls[0] == 0 || calls[1] != calls[0] {
 				t.Errorf("look-ups in the files: %d for the first process, %d more for the second, want some then none", calls[0], calls[1]-calls[0])
 			}
-			// A file no live process maps is kept keepRounds Trims
-			// after the last process that did: a script run now and
-			// then keeps its interpreter.
-			unmapped := func(proc.FileKey) bool { return false }
-			for range keepRounds - 1 {
-				f.Trim(unmapped)
+			// A file is kept as long as keep reports it (the agent's
+			// collector: for five minutes after the last process that
+			// mapped it, so a script run now and then keeps its
+			// interpreter), and forgotten at the first Trim after.
+			for range 30 {
+				f.Trim(func(proc.FileKey) bool { return true })
 			}
 			p, _ := learnCodes(t, sym, py.path)
 			f.Find(p)
 			if counted.calls != calls[1] {
-				t.Errorf("%d look-ups in the files %d Trims after the last process, want none", counted.calls-calls[1], keepRounds-1)
+				t.Errorf("%d look-ups in the files after 30 Trims that kept them, want none", counted.calls-calls[1])
 			}
-			for range keepRounds {
-				f.Trim(unmapped)
-			}
+			f.Trim(func(proc.FileKey) bool { return false })
 			f.Find(p)
 			if counted.calls == calls[1] {
-				t.Errorf("no look-up in the files %d Trims after the last process", keepRounds)
+				t.Error("no look-up in the files after a Trim that dropped them")
 			}
 		})
 	}
