@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -353,19 +354,23 @@ func totalSamples(p *pprofile.Profile) int64 {
 }
 
 func funcSamples(p *pprofile.Profile, fn string) int64 {
+	return samplesWith(p, func(line pprofile.Line) bool { return line.Function.Name == fn })
+}
+
+// samplesWith counts the samples of p with a frame that has.
+func samplesWith(p *pprofile.Profile, has func(pprofile.Line) bool) int64 {
 	var n int64
 	for _, s := range p.Sample {
-	stack:
-		for _, l := range s.Location {
-			for _, line := range l.Line {
-				if line.Function.Name == fn {
-					n += s.Value[0]
-					break stack
-				}
-			}
+		if hasFrame(s, has) {
+			n += s.Value[0]
 		}
 	}
 	return n
+}
+
+// hasFrame reports whether a frame of s has.
+func hasFrame(s *pprofile.Sample, has func(pprofile.Line) bool) bool {
+	return slices.ContainsFunc(s.Location, func(l *pprofile.Location) bool { return slices.ContainsFunc(l.Line, has) })
 }
 
 func copyFile(t *testing.T, from, to string) {

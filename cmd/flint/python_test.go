@@ -369,17 +369,9 @@ func TestAgentPythonExited(t *testing.T) {
 // pythonSamples counts the samples of p with Python frames, named (their
 // file a script) or not.
 func pythonSamples(p *pprofile.Profile) int64 {
-	var n int64
-	for _, s := range p.Sample {
-		if slices.ContainsFunc(s.Location, func(l *pprofile.Location) bool {
-			return slices.ContainsFunc(l.Line, func(line pprofile.Line) bool {
-				return strings.HasSuffix(line.Function.Filename, ".py") || strings.HasPrefix(line.Function.Name, "[python")
-			})
-		}) {
-			n += s.Value[0]
-		}
-	}
-	return n
+	return samplesWith(p, func(line pprofile.Line) bool {
+		return strings.HasSuffix(line.Function.Filename, ".py") || strings.HasPrefix(line.Function.Name, "[python")
+	})
 }
 
 // logOutside logs the heaviest stacks of p that run none of funcs, leaf
@@ -388,13 +380,7 @@ func logOutside(t *testing.T, p *pprofile.Profile, funcs ...string) {
 	t.Helper()
 	var outside []*pprofile.Sample
 	for _, s := range p.Sample {
-		in := false
-		for _, l := range s.Location {
-			for _, line := range l.Line {
-				in = in || slices.Contains(funcs, line.Function.Name)
-			}
-		}
-		if !in {
+		if !hasFrame(s, func(line pprofile.Line) bool { return slices.Contains(funcs, line.Function.Name) }) {
 			outside = append(outside, s)
 		}
 	}
