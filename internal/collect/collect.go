@@ -431,10 +431,11 @@ func (c *Collector) countFiles(mappings []proc.Mapping, delta int) {
 // last process mapping it is forgotten: a program run every few minutes
 // (a cron job, a health check's shell) finds its files known, is
 // announced without waking the agent and named from symbols already read.
-// Learning a python3's files anew cost the agent 24-31 ms, a hundred
-// times a quiet run (docs/BENCHMARKS.md). The symbolizer keeps a file's
-// symbols as long, and its open handle meanwhile keeps the inode from
-// naming another file; the kernel's keys hold the inode's generation.
+// The window that learned python3's files anew cost the agent 24-31 ms,
+// against 4.3 for the windows after it (docs/BENCHMARKS.md). The
+// symbolizer and the Python Finder keep a file while Maps reports it;
+// the symbolizer's open handle meanwhile keeps the inode from naming
+// another file, and the kernel's keys hold its generation.
 const keepFileRounds = 30
 
 // forgetFiles forgets the files no process has mapped for keepFileRounds.
