@@ -217,6 +217,7 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	flint, spin := build(t)
 	a := startAgent(t, flint, t.TempDir(), "--window", "2s", "--frequency", "499")
 	from := time.Now()
+	stolen := -fixture.Stolen(t) // from the machine's CPUs while the fixtures ran
 	// Started once the agent samples, the fixture has all its life sampled.
 	pid := startSpin(t, spin)
 	// A name no other process has, not even this test's in another run
@@ -234,6 +235,7 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	}
 	fixture.Start(t, pid).Await(t, fixtureCPU)
 	freeze(t, pid)
+	stolen += fixture.Stolen(t)
 	cpu, err := fixture.CPU(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +251,7 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixture.CheckSamples(t, "the fixture", totalSamples(p), 499, cpu)
+	fixture.CheckSamples(t, "the fixture", totalSamples(p), 499, cpu, stolen)
 
 	q.Set("selector", fmt.Sprintf(`{comm=%q}`, name))
 	p, err = pprofile.ParseData(a.get(t, "/api/v1/profile", q))
@@ -257,7 +259,7 @@ func TestAgentProfileMatchesSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	named, total := funcSamples(p, "func_a"), totalSamples(p)
-	fixture.CheckSamples(t, "5 short-lived processes", total, 499, shortCPU)
+	fixture.CheckSamples(t, "5 short-lived processes", total, 499, shortCPU, stolen)
 	if named < total/3 {
 		t.Errorf("short-lived processes: %d samples, %d in func_a", total, named)
 	}
@@ -303,7 +305,9 @@ func TestAgentLiveProfile(t *testing.T) {
 	before := fixture.Start(t, pid).Await(t, fixtureCPU)
 	seconds := max(2, int(math.Ceil(before.Seconds())))
 	log := fixture.StartLog(t, pid)
+	stolen := -fixture.Stolen(t)
 	data := a.get(t, "/debug/pprof/profile", url.Values{"seconds": {strconv.Itoa(seconds)}, "pid": {strconv.Itoa(pid)}})
+	stolen += fixture.Stolen(t)
 	log.Stop()
 	checkPprofSplit(t, data, []string{"func_a", "func_b", "func_c"}, []float64{50, 30, 20})
 	p, err := pprofile.ParseData(data)
@@ -315,7 +319,7 @@ func TestAgentLiveProfile(t *testing.T) {
 	// takes milliseconds, a small part of the tolerance.
 	start := time.Unix(0, p.TimeNanos)
 	lo, hi := log.Between(t, start, start.Add(time.Duration(p.DurationNanos)))
-	fixture.CheckSamplesBetween(t, "the live profile", totalSamples(p), 499, lo, hi)
+	fixture.CheckSamplesBetween(t, "the live profile", totalSamples(p), 499, lo, hi, stolen)
 }
 
 func checkPprofSplit(t *testing.T, data []byte, funcs []string, want []float64) {
@@ -411,9 +415,11 @@ func TestAgentSIGTERMFlushes(t *testing.T) {
 	flint, spin := build(t)
 	dir := t.TempDir()
 	a := startAgent(t, flint, dir, "--window", "1h", "--frequency", "499")
+	stolen := -fixture.Stolen(t) // from the machine's CPUs while the fixture ran
 	pid := startSpin(t, spin)
 	fixture.Start(t, pid).Await(t, fixtureCPU)
 	freeze(t, pid)
+	stolen += fixture.Stolen(t)
 	cpu, err := fixture.CPU(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +428,7 @@ func TestAgentSIGTERMFlushes(t *testing.T) {
 	if err := a.cmd.Wait(); err != nil {
 		t.Fatalf("agent after SIGTERM: %v\n%s", err, a.stderr)
 	}
-	fixture.CheckSamples(t, "stored after SIGTERM", stored(t, dir, fmt.Sprintf(`{pid="%d"}`, pid)), 499, cpu)
+	fixture.CheckSamples(t, "stored after SIGTERM", stored(t, dir, fmt.Sprintf(`{pid="%d"}`, pid)), 499, cpu, stolen)
 }
 
 // TestAgentSecondRefused starts two agents on one data directory.

@@ -172,11 +172,11 @@ func record(t *testing.T, o RecordOptions, done func(Progress) bool) *Result {
 	return res
 }
 
-// reading is the kernel's count of samples and the fixture's CPU time,
-// read one right after the other.
+// reading is the kernel's count of samples, the fixture's CPU time and
+// the time stolen from the machine's CPUs, read one right after the other.
 type reading struct {
-	samples uint64
-	cpu     time.Duration
+	samples     uint64
+	cpu, stolen time.Duration
 }
 
 // recordFixture records the process o.PID until it has used testCPU of CPU
@@ -193,7 +193,7 @@ func recordFixture(t *testing.T, o RecordOptions) *profile.Profile {
 	var reads []reading
 	res := record(t, o, func(p Progress) bool {
 		cpu, _ := span.Used(t)
-		reads = append(reads, reading{p.Samples, cpu})
+		reads = append(reads, reading{p.Samples, cpu, span.Stolen(t)})
 		return cpu >= testCPU
 	})
 	span.RequireRan(t)
@@ -201,7 +201,7 @@ func recordFixture(t *testing.T, o RecordOptions) *profile.Profile {
 		t.Fatalf("%d progress reports: want one a second and one at the end", len(reads))
 	}
 	first, last := reads[0], reads[len(reads)-1]
-	fixture.CheckSamples(t, "taken by the kernel", int64(last.samples-first.samples), testFreq, last.cpu-first.cpu)
+	fixture.CheckSamples(t, "taken by the kernel", int64(last.samples-first.samples), testFreq, last.cpu-first.cpu, last.stolen-first.stolen)
 	// With a PID to record, the kernel counts only that process's samples.
 	var total int64
 	for _, s := range res.Profile.Samples {
@@ -543,14 +543,17 @@ func TestRecordShortLivedProcesses(t *testing.T) {
 	}()
 	var runErr error
 	started, ended := false, false
+	var stolen time.Duration // from the machine's CPUs while they ran
 	t0 := time.Now()
 	res := record(t, RecordOptions{}, func(Progress) bool {
 		if !started {
+			stolen = -fixture.Stolen(t)
 			close(start)
 			started = true
 		}
 		select {
 		case runErr = <-done:
+			stolen += fixture.Stolen(t)
 			ended = true
 		default:
 		}
@@ -589,7 +592,7 @@ func TestRecordShortLivedProcesses(t *testing.T) {
 			}
 		}
 	}
-	fixture.CheckSamples(t, fmt.Sprintf("%d short-lived processes", runs), total, testFreq, cpu)
+	fixture.CheckSamples(t, fmt.Sprintf("%d short-lived processes", runs), total, testFreq, cpu, stolen)
 	outside := 100 * float64(total-own) / float64(total)
 	t.Logf("%.2f%% of the samples are outside the fixture's code", outside)
 	if outside > maxOutsideShare {
