@@ -70,6 +70,9 @@ type procEntry struct {
 	p *proc.Process
 	// lastUsed is the Forget round that last named a sample of p.
 	lastUsed uint64
+	// nextCheck is the first Forget round that may read /proc again to
+	// tell whether p, not told to have exited, still runs.
+	nextCheck uint64
 	// exited: the sampler told of its end (Exited).
 	exited bool
 	// python: its CPython interpreter was found, one flint reads or not;
@@ -502,8 +505,16 @@ func (c *Collector) Processes() int {
 // survives after it exits.
 const forgetRounds = 2
 
+// recheckRounds is how many Forget rounds a process found running, not
+// sampled since, waits before /proc is read again for it. The sampler
+// tells of exits (Exited); /proc answers for the few it could not (its
+// ring full), so a node's quiet long-lived processes, most of them,
+// cost a read each every five minutes, not every window.
+const recheckRounds = 30
+
 // Forget drops processes that exited and were not named in the last
-// rounds, and the CPython interpreters that no process has mapped for
+// rounds (those the sampler did not tell of, once /proc says so; see
+// recheckRounds), and the CPython interpreters that no process has mapped for
 // many rounds (python.Finder.Trim); the agent calls it once a window.
 // Profiles already built keep their names.
 func (c *Collector) Forget(round uint64) {
@@ -511,12 +522,11 @@ func (c *Collector) Forget(round uint64) {
 	c.round = round
 	var stale []procKey
 	for k, e := range c.procs {
-		if e.lastUsed+forgetRounds > round {
-			continue
-		}
-		if e.exited {
+		switch {
+		case e.lastUsed+forgetRounds > round:
+		case e.exited:
 			c.drop(k)
-		} else {
+		case round >= e.nextCheck:
 			stale = append(stale, k)
 		}
 	}
@@ -530,11 +540,12 @@ func (c *Collector) Forget(round uint64) {
 			st.ticks, st.err = proc.StartTime(int(k.pid))
 			starts[k.pid] = st
 		}
-		if p := c.entry(k); st.err == nil && p != nil && st.ticks == p.StartTime {
-			continue // still runs under its PID
-		}
 		c.mu.Lock()
-		c.drop(k)
+		if e := c.procs[k]; st.err == nil && e != nil && st.ticks == e.p.StartTime {
+			e.nextCheck = round + recheckRounds // still runs under its PID
+		} else {
+			c.drop(k)
+		}
 		c.mu.Unlock()
 	}
 	c.mu.Lock()

@@ -39,7 +39,7 @@ func exeKey(t *testing.T, pid int) proc.FileKey {
 // once its executable is mapped: exec switches /proc/PID/exe and returns
 // to the parent (closing its close-on-exec pipe) before the kernel maps the
 // new program, so a process just started may not have its mappings yet.
-func startSleep(t *testing.T) (*exec.Cmd, *proc.Process) {
+func startSleep(t testing.TB) (*exec.Cmd, *proc.Process) {
 	t.Helper()
 	child := exec.Command("sleep", "60")
 	if err := child.Start(); err != nil {
@@ -96,6 +96,37 @@ func TestCollectorMapsFilesOfKnownProcesses(t *testing.T) {
 	}
 	if n := c.Processes(); n != 2 {
 		t.Errorf("%d process images known, want the live process's 2", n)
+	}
+}
+
+// TestCollectorRechecksQuietProcesses checks that a process no sample
+// named is looked up in /proc once it is stale, then not again for
+// recheckRounds: killed after the first look (and the sampler not told),
+// it is known until the second, and forgotten then.
+func TestCollectorRechecksQuietProcesses(t *testing.T) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	child, _ := startSleep(t)
+	c.NewProc(uint32(child.Process.Pid), 1)
+	round := uint64(1)
+	for ; round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	if c.Processes() != 1 {
+		t.Fatal("a running process was forgotten")
+	}
+	child.Process.Kill()
+	child.Wait()
+	for ; round < forgetRounds+recheckRounds; round++ {
+		c.Forget(round)
+	}
+	if c.Processes() != 1 {
+		t.Fatalf("/proc read again for a quiet process before round %d", forgetRounds+recheckRounds)
+	}
+	c.Forget(round)
+	if c.Processes() != 0 {
+		t.Errorf("a process that exited is known %d rounds after /proc last said it ran", recheckRounds)
 	}
 }
 

@@ -455,3 +455,31 @@ func BenchmarkProfileNewProcs(b *testing.B) {
 		c.Profile(samples, Options{})
 	}
 }
+
+// BenchmarkForgetQuiet measures a window's Forget on a node of quiet
+// processes: 200 live ones that no sample names, known past their first
+// look in /proc.
+//
+//	go test -run '^$' -bench ForgetQuiet ./internal/collect/
+func BenchmarkForgetQuiet(b *testing.B) {
+	sym := symbol.New()
+	defer sym.Close()
+	c := New(sym, "")
+	for range 200 {
+		child, _ := startSleep(b)
+		c.NewProc(uint32(child.Process.Pid), 1)
+	}
+	round := uint64(1)
+	for ; round <= forgetRounds; round++ {
+		c.Forget(round)
+	}
+	start := cpuTime()
+	for b.Loop() {
+		c.Forget(round)
+		round++
+	}
+	reportCPU(b, start)
+	if c.Processes() != 200 {
+		b.Fatalf("%d processes known, want the 200 that run", c.Processes())
+	}
+}
