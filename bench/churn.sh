@@ -13,7 +13,10 @@
 # no new process: one long-lived brief (with arguments) burns
 # what a python3 run burns (the mean of ten, measured first) CHURN times a
 # second, so what it costs is what sampling the runs' CPU costs, new
-# processes or not, and the runs' cost above it is their being new.
+# processes or not, and the runs' cost above it is their being new. With
+# CONTROL_MEMORY=1 each round also writes as much newly mapped memory as
+# a run's peak RSS (measured with the CPU): a run's traffic through the
+# caches, which the agent's next wake-up pays for, without a new process.
 # churn_phases runs
 # the agent with churn off then on, PHASE seconds each, and reports the
 # agent's and its BPF programs' CPU in both and the CPU per new process
@@ -58,7 +61,7 @@ brief)
 *) echo "bench: CHURN_WITH=$CHURN_WITH: want python, brief or control" >&2; exit 1 ;;
 esac
 # run_cpu N: the CPU time of one churn run in seconds, the mean of N runs,
-# as the kernel counts it.
+# as the kernel counts it, and the largest peak RSS of a run in KiB.
 run_cpu() {
 	python3 -c '
 import resource, subprocess, sys
@@ -66,12 +69,20 @@ n = int(sys.argv[1])
 for _ in range(n):
     subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print((r.ru_utime + r.ru_stime) / n)' "$1" "${churn_cmd[@]}"
+print((r.ru_utime + r.ru_stime) / n, r.ru_maxrss)' "$1" "${churn_cmd[@]}"
 }
+CONTROL_MEMORY=${CONTROL_MEMORY:-0}
+[[ $CONTROL_MEMORY == 0 || $CONTROL_MEMORY == 1 ]] || { echo "bench: CONTROL_MEMORY=$CONTROL_MEMORY: want 0 or 1" >&2; exit 1; }
 if [[ $CHURN_WITH == control ]]; then
 	churn_steady=$(brief_fixture) || exit 1
-	churn_burn_ms=$(run_cpu 10 | awk '{ printf "%.1f", $1 * 1000 }')
-	echo "bench: control: one process burning ${churn_burn_ms} ms of CPU $CHURN times a second" >&2
+	read -r churn_burn_ms churn_rss_kb <<<"$(run_cpu 10 | awk '{ printf "%.1f %d", $1 * 1000, $2 }')"
+	what="burning ${churn_burn_ms} ms of CPU"
+	if ((CONTROL_MEMORY)); then
+		what+=" and writing ${churn_rss_kb} KiB of new memory"
+	else
+		churn_rss_kb=
+	fi
+	echo "bench: control: one process $what $CHURN times a second" >&2
 fi
 
 # python_again: a python3 program that does a churn run's imports and sum
@@ -101,7 +112,8 @@ while True:
 churn_start() {
 	local count=$1
 	if [[ $CHURN_WITH == control ]]; then
-		"$churn_steady" "$CHURN" "$churn_burn_ms" "$count" &
+		# shellcheck disable=SC2086 # no KiB: no word
+		"$churn_steady" "$CHURN" "$churn_burn_ms" "$count" $churn_rss_kb &
 		churn_pid=$!
 		return
 	fi

@@ -32,7 +32,7 @@ trap cleanup EXIT
 # bpf: the agent's BPF programs' run time, seconds.
 bpf() { curl -s "http://127.0.0.1:7491/metrics" | awk '$1 == "flint_bpf_run_seconds_total" { print $2 }'; }
 
-run_cpu=$(run_cpu 20) # seconds, the mean of 20 runs
+run_cpu=$(run_cpu 20 | awk '{ print $1 }') # seconds, the mean of 20 runs
 
 "$1" agent --data-dir "$dir" --listen 127.0.0.1:7491 --doctor-every 0 >/dev/null 2>&1 &
 pids+=($!)
