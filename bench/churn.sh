@@ -76,13 +76,8 @@ CONTROL_MEMORY=${CONTROL_MEMORY:-0}
 if [[ $CHURN_WITH == control ]]; then
 	churn_steady=$(brief_fixture) || exit 1
 	read -r churn_burn_ms churn_rss_kb <<<"$(run_cpu 10 | awk '{ printf "%.1f %d", $1 * 1000, $2 }')"
-	what="burning ${churn_burn_ms} ms of CPU"
-	if ((CONTROL_MEMORY)); then
-		what+=" and writing ${churn_rss_kb} KiB of new memory"
-	else
-		churn_rss_kb=
-	fi
-	echo "bench: control: one process $what $CHURN times a second" >&2
+	((CONTROL_MEMORY)) || churn_rss_kb= # no KiB: brief writes no memory
+	echo "bench: control: one process burning ${churn_burn_ms} ms of CPU${churn_rss_kb:+ and writing $churn_rss_kb KiB of new memory} $CHURN times a second" >&2
 fi
 
 # python_again: a python3 program that does a churn run's imports and sum

@@ -514,8 +514,9 @@ const recheckRounds = 30
 
 // Forget drops processes that exited and were not named in the last
 // rounds (those the sampler did not tell of, once /proc says so; see
-// recheckRounds), and the CPython interpreters that no process has mapped for
-// many rounds (python.Finder.Trim); the agent calls it once a window.
+// recheckRounds), and the CPython interpreters that no process has
+// mapped for many rounds (python.Finder.Trim); the agent calls it once a
+// window.
 // Profiles already built keep their names.
 func (c *Collector) Forget(round uint64) {
 	c.mu.Lock()

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flint-dev/flint/internal/proc"
 )
 
 // The fixtures are in testdata/fixtures/doctor-*: each reproduces a problem
@@ -195,7 +197,7 @@ func (f *fixture) workDone(t *testing.T) work {
 	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	w.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	w.cpu = time.Duration(utime+stime) * proc.ClockTick
 	return w
 }
 

@@ -15,10 +15,6 @@ import (
 	"github.com/flint-dev/flint/internal/proc"
 )
 
-// clockTick is USER_HZ, the unit of /proc/PID/stat times: 100 on every
-// architecture Linux runs flint on.
-const clockTick = 10 * time.Millisecond
-
 // usage is a process's counters at one moment.
 type usage struct {
 	at          time.Time
@@ -94,7 +90,7 @@ func parseStat(b []byte) (start uint64, cpu time.Duration, err error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return 0, 0, errors.New("malformed stat: bad times")
 	}
-	return start, time.Duration(utime+stime) * clockTick, nil
+	return start, time.Duration(utime+stime) * proc.ClockTick, nil
 }
 
 // statFields splits /proc/PID/stat after the command name, which is in

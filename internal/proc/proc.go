@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -221,6 +222,10 @@ func hasAnonymousCode(ms []Mapping) bool {
 	}
 	return false
 }
+
+// ClockTick is USER_HZ, the unit of the times in /proc/stat and
+// /proc/PID/stat: 100 a second on every Linux architecture flint runs on.
+const ClockTick = 10 * time.Millisecond
 
 // StartTime returns the start time of pid (clock ticks after boot): with
 // the PID it names one process, whatever reuses the PID later.

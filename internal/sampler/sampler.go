@@ -32,6 +32,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/flint-dev/flint/internal/proc"
 	"github.com/flint-dev/flint/internal/python"
 )
 
@@ -614,10 +615,6 @@ type KernelFile struct {
 	Generation uint32 // the inode's, against inode numbers reused
 }
 
-// clockTick is the unit of /proc's times (USER_HZ, 100 on every Linux
-// architecture flint runs on).
-const clockTick = 10 * time.Millisecond
-
 // decodeNewProc decodes a process announcement, at the offsets of the
 // generated type: binary.Decode's reflection was 3% of the agent's CPU
 // under process churn. A listed announcement's mappings are appended to
@@ -633,7 +630,7 @@ func decodeNewProc(raw []byte, scratch []ListedMapping) (p NewProc, ok bool) {
 		Started:    time.Duration(binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartBoottime):])),
 		ExeText:    binary.NativeEndian.Uint64(raw[unsafe.Offsetof(ev.Proc.StartCode):]),
 	}
-	p.StartTime = uint64(p.Started / clockTick)
+	p.StartTime = uint64(p.Started / proc.ClockTick)
 	comm := raw[unsafe.Offsetof(ev.Proc.Comm):][:len(ev.Proc.Comm)]
 	if n := bytes.IndexByte(comm, 0); n >= 0 {
 		comm = comm[:n]

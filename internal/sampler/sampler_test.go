@@ -663,9 +663,9 @@ func TestSamplerYoungSample(t *testing.T) {
 			// 3.7% of 3 s of CPU at 997 Hz. 20% is five of them and
 			// the timer's rounding (fixture.Tolerance), and the time
 			// stolen from the CPUs may add ticks (fixture.Stolen).
-			want, stolen := fixture.Expected(freq, youngCPU), fixture.Expected(freq, youngStolen)
+			want, stolenTicks := fixture.Expected(freq, youngCPU), fixture.Expected(freq, youngStolen)
 			t.Logf("young processes: %d samples for %s of CPU (%v stolen) at %d Hz (want %.0f ± 20%%)", youngCount, youngCPU, youngStolen, freq, want)
-			if d := float64(youngCount) - want; d > 0.2*want+stolen || d < -0.2*want {
+			if d := float64(youngCount) - want; d > 0.2*want+stolenTicks || d < -0.2*want {
 				t.Errorf("young processes: %d samples for %s of CPU (%v stolen) at %d Hz, want %.0f ± 20%%", youngCount, youngCPU, youngStolen, freq, want)
 			}
 			fixture.CheckSamples(t, "the process past its first second", int64(oldCount), freq, oldCPU, oldStolen)

@@ -13,10 +13,6 @@ import (
 	"github.com/flint-dev/flint/internal/proc"
 )
 
-// clockTicks is USER_HZ, the unit of CPU times in /proc/PID/stat: 100 on
-// every Linux architecture flint runs on.
-const clockTicks = 100
-
 // procTimes is a process's CPU use and start time from /proc/PID/stat.
 type procTimes struct {
 	cpu   float64 // user + system CPU seconds of all its threads
@@ -51,7 +47,7 @@ func parseTimes(b []byte) (procTimes, error) {
 		}
 		v[j] = n
 	}
-	return procTimes{cpu: float64(v[0]+v[1]) / clockTicks, start: v[2]}, nil
+	return procTimes{cpu: float64(v[0]+v[1]) * proc.ClockTick.Seconds(), start: v[2]}, nil
 }
 
 // bootSeconds is the time since boot on the clock /proc start times use.

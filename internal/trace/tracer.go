@@ -615,7 +615,7 @@ func (t *Tracer) newProc(pid int) *procState {
 		return p
 	}
 	now := bootSeconds()
-	started := float64(pt.start) / clockTicks
+	started := float64(pt.start) * proc.ClockTick.Seconds()
 	attached := now - time.Since(t.attached).Seconds()
 	if started >= attached {
 		p.base, p.baseTime = procTimes{start: pt.start}, started
