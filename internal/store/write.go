@@ -116,6 +116,9 @@ type writer struct {
 	stacks    cache[string, entry]      // key: stack blob
 	labelsets cache[uint64, labelEntry] // key: labelsHash
 
+	// The hashes stored, by the name of the lookup (batch) statement.
+	filters map[string]*hashFilter
+
 	// undo reverts this transaction's cache changes if it rolls back, so
 	// the caches never name rows that do not exist.
 	undo []func()
@@ -230,6 +233,15 @@ func newWriter(ctx context.Context, db *sql.DB) (*writer, error) {
 		w.st[name] = st
 	}
 	w.resetCaches()
+	w.filters = map[string]*hashFilter{}
+	for name, table := range map[string]string{"labels": "labelsets", "stack": "stacks", "loc": "locations", "func": "functions"} {
+		f := &hashFilter{table: table}
+		if err := f.build(ctx, conn); err != nil {
+			w.close()
+			return nil, err
+		}
+		w.filters[name] = f
+	}
 	w.newStack = map[string]int{}
 	w.newLabel = map[string]int{}
 	w.firstLoc = map[framesKey]int{}
@@ -373,6 +385,13 @@ func (w *writer) write(ctx context.Context, p *profile.Profile) error {
 		clear(w.newLocs) // drop their pointers
 		clear(w.kept)
 	}()
+	for _, f := range w.filters {
+		if f.full() {
+			if err := f.build(ctx, w.conn); err != nil {
+				return err
+			}
+		}
+	}
 	return w.tx(ctx, func() error { return w.insertWindow(ctx, p) })
 }
 
@@ -701,15 +720,19 @@ func (w *writer) findMissed(ctx context.Context, name string, n int, item func(i
 
 // batch runs statement name+".batch" with the hashes of n items, which
 // hash returns, and calls row for each row it returns; w.found holds
-// the items by hash meanwhile.
+// the items by hash meanwhile. Items whose hash no row has (the filter
+// says so) are left out, and the query with them when all are. Each
+// item has a row by the end of the window, found or inserted: the
+// filter holds their hashes from now on.
 func (w *writer) batch(ctx context.Context, name string, n int, hash func(int) int64, row func(*sql.Rows) error) error {
-	if n == 0 {
-		return nil
-	}
 	clear(w.found)
+	f := w.filters[name]
 	w.buf = append(w.buf[:0], '[')
 	for i := range n {
 		h := hash(i)
+		if !f.mayHold(h) {
+			continue
+		}
 		if len(w.found[h]) == 0 {
 			if len(w.buf) > 1 {
 				w.buf = append(w.buf, ',')
@@ -717,6 +740,12 @@ func (w *writer) batch(ctx context.Context, name string, n int, hash func(int) i
 			w.buf = strconv.AppendInt(w.buf, h, 10)
 		}
 		w.found[h] = append(w.found[h], i)
+	}
+	for i := range n {
+		f.add(hash(i))
+	}
+	if len(w.found) == 0 {
+		return nil
 	}
 	w.buf = append(w.buf, ']')
 	rows, err := w.st[name+".batch"].QueryContext(ctx, string(w.buf))
