@@ -11,11 +11,12 @@ import (
 // the writer looks rows up in by hash. An item whose hash it does not hold
 // has no row, so the writer inserts it without a lookup: a window of new
 // processes brings label sets, stacks, locations and functions that are
-// mostly new, and each kind's lookup query, finding nothing, was half of
-// what storing them cost (docs/BENCHMARKS.md). Rows deleted since it was
-// built leave their bits behind: a lookup that finds nothing, until the
-// filter is built again, which it is once it holds more hashes than it
-// was sized for.
+// mostly new, and each kind's lookup query, finding nothing, was a
+// quarter of the CPU such a window cost the store (docs/BENCHMARKS.md).
+// Rows deleted since it was built, or never written (a window that
+// rolled back), leave their bits behind: a lookup that finds nothing,
+// until the filter is built again, which it is once it holds more hashes
+// than it was sized for.
 type hashFilter struct {
 	table    string // the SQL table whose hash column it holds
 	words    []uint64
