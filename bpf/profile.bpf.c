@@ -685,9 +685,9 @@ static __noinline int list_proc(struct listed_proc *l)
 // list_mappings is the task work of a listings entry: in the process's
 // own context, where walking its mappings is allowed (not in the sampler,
 // which runs with interrupts off), it lists the executable ones and sends
-// the announcement (list_proc: about 56 us a python3 process, the walk of
-// its hundred mappings 12 when last timed apart, docs/BENCHMARKS.md),
-// then takes the sample handed to it (25-30 us). The kernel's BPF
+// the announcement (list_proc: about 56 us a python3 process, 34 of them
+// the walk of its hundred-odd mappings, docs/BENCHMARKS.md), then
+// takes the sample handed to it (25-30 us). The kernel's BPF
 // statistics do not count a task work's time: it is timed here
 // (STAT_TASK_WORK_NS).
 static int list_mappings(struct bpf_map *map, void *key, void *value)
