@@ -37,6 +37,11 @@ CHURN_EVERY=${CHURN_EVERY:-}
 churn_interval() { if [[ -n $CHURN_EVERY ]]; then echo "$CHURN_EVERY"; else awk -v n="$CHURN" 'BEGIN { printf "%.3f", 1 / n }'; fi; }
 CYCLES=${CYCLES:-1}
 [[ $CYCLES =~ ^[0-9]+$ && $CYCLES -ge 1 ]] || { echo "bench: CYCLES=$CYCLES: want at least 1" >&2; exit 1; }
+# CHURN_LEARN=S runs the churn S seconds before churn_phases' first
+# cycle (default 0): a python3 run's samples bring stacks, locations and
+# functions the store lacks for many minutes of runs (docs/BENCHMARKS.md).
+CHURN_LEARN=${CHURN_LEARN:-0}
+[[ $CHURN_LEARN =~ ^[0-9]+$ ]] || { echo "bench: CHURN_LEARN=$CHURN_LEARN: want whole seconds" >&2; exit 1; }
 # brief_fixture: testdata/fixtures/brief.c built into a temporary
 # directory; its path.
 brief_fixture() {
@@ -160,9 +165,11 @@ metric() {
 # costs the agent after it is gone (its window written, its snapshot
 # forgotten, the garbage it left collected) falls in the phase as it
 # would on a node that always has churn, and a node that runs the same
-# job every second has its files, stacks and functions known already.
+# job every second has its files known already (its stacks, locations and
+# functions only after many minutes of runs: CHURN_LEARN).
 # From the second cycle on, the churn stops CHURN_WARM seconds before the
-# phase without it, so that phase holds none of that tail either.
+# phase without it, so that phase holds none of that tail either; so it
+# does before the first after CHURN_LEARN seconds of churn.
 #
 # One cycle cannot resolve a fraction of a millisecond a process: the
 # figure is a difference of two phases, and the agent's CPU without churn
@@ -172,6 +179,12 @@ metric() {
 churn_phases() {
 	local agent=$1 count off on warm end cycle results=""
 	count=$(mktemp)
+	if ((CHURN_LEARN > 0)); then
+		churn_start "$count"
+		sleep "$CHURN_LEARN"
+		churn_stop
+		sleep "$CHURN_WARM"
+	fi
 	# A reading: agent CPU, BPF run time, samples, Python code objects
 	# copied (one read of /metrics: each curl is a new process), runs started.
 	reading() { echo "$(agent_cpu "$agent") $(metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
