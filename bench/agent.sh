@@ -21,7 +21,9 @@
 # after CHURN_WARM seconds of it, PHASE seconds with N short-lived
 # processes a second (bench/churn.sh): its CPU and its BPF programs' in
 # both, and the CPU per new process; CYCLES=N repeats that N times and
-# gives the mean and its standard error. Results go to
+# gives the mean and its standard error; CHURN_LEARN=S runs the churn S
+# seconds first, so that the store knows the runs' stacks (900 in
+# docs/BENCHMARKS.md). Results go to
 # bench/results/agent-<date>/.
 set -euo pipefail
 
