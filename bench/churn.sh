@@ -182,14 +182,12 @@ churn_phases() {
 	if ((CHURN_LEARN > 0)); then
 		churn_start "$count"
 		sleep "$CHURN_LEARN"
-		churn_stop
-		sleep "$CHURN_WARM"
 	fi
 	# A reading: agent CPU, BPF run time, samples, Python code objects
 	# copied (one read of /metrics: each curl is a new process), runs started.
 	reading() { echo "$(agent_cpu "$agent") $(metric flint_bpf_run_seconds_total flint_samples_total flint_python_codes_copied_total) $(stat -c %s "$count")"; }
 	for ((cycle = 1; cycle <= CYCLES; cycle++)); do
-		if ((cycle > 1)); then
+		if ((cycle > 1 || CHURN_LEARN > 0)); then
 			churn_stop
 			sleep "$CHURN_WARM"
 		fi
